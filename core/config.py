@@ -1,0 +1,146 @@
+"""Frozen, validated run configurations. The sha256 of a resolved config is the run id.
+
+A config is resolved when every default is filled in and "auto" choices (device, dtype)
+are replaced by what they resolved to, so two runs with the same id computed the same thing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.errors import ConfigError
+
+DATASETS = ("wikitext2", "c4", "pydoc")  # plus "file:<path>" for any text/jsonl file
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str = "smollm2-135m"
+    device: str = "auto"
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+    revision: str | None = None
+
+    def __post_init__(self) -> None:
+        _check(bool(self.name.strip()), "model name is empty")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """A corpus: 'wikitext2' | 'c4' | 'pydoc' | 'file:<path>'; data_dir = local copy of the
+    shared/data layout (None: Hugging Face datasets, falling back to nothing)."""
+
+    dataset: str = "wikitext2"
+    split: str = "test"
+    data_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        ok = self.dataset in DATASETS or self.dataset.startswith("file:")
+        _check(ok, f"unknown dataset {self.dataset!r}; use {', '.join(DATASETS)} or file:<path>")
+        _check(self.split in ("train", "test", "validation"), f"unknown split {self.split!r}")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    data: DataSpec = field(default_factory=DataSpec)
+    seqlen: int = 512
+    max_windows: int | None = None
+    batch_size: int = 4
+
+    def __post_init__(self) -> None:
+        _check(self.seqlen >= 2, f"seqlen must be >= 2, got {self.seqlen}")
+        _check(self.max_windows is None or self.max_windows >= 1, "max-windows must be >= 1")
+        _check(self.batch_size >= 1, "batch size must be >= 1")
+
+
+@dataclass(frozen=True)
+class CalibConfig:
+    """Calibration sample as Wanda/SparseGPT draw it: nsamples windows of seqlen tokens."""
+
+    data: DataSpec = field(default_factory=lambda: DataSpec("c4", "train"))
+    nsamples: int = 32
+    seqlen: int = 512
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self.nsamples >= 1, f"nsamples must be >= 1, got {self.nsamples}")
+        _check(self.seqlen >= 2, f"calibration seqlen must be >= 2, got {self.seqlen}")
+
+
+@dataclass(frozen=True)
+class PruneConfig:
+    """What to prune and how. ``options`` are the method's own (validated by its options class)."""
+
+    method: str = "wanda"
+    sparsity: float = 0.5
+    pattern: str = "unstructured"  # or "N:M"
+    targets: str = "all"  # all | attention | mlp | qk | comma list of roles
+    allocation: str = "uniform"  # uniform | owl
+    owl_lambda: float = 0.08
+    owl_m: float = 5.0
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.sparsity < 1.0, f"sparsity must be in [0, 1), got {self.sparsity}")
+        _check(self.allocation in ("uniform", "owl"), f"unknown allocation {self.allocation!r}")
+        _check(self.owl_lambda >= 0 and self.owl_m > 0, "OWL needs lambda >= 0 and M > 0")
+        if self.pattern != "unstructured":
+            from core.masks import parse_pattern
+
+            parse_pattern(self.pattern)  # raises ConfigError on a bad N:M
+        from core.adapter import resolve_roles
+
+        resolve_roles(self.targets)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A whole run: kind in {'eval', 'prune', 'slice', 'sweep', 'effdim'}."""
+
+    kind: str
+    model: ModelSpec = field(default_factory=ModelSpec)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    calib: CalibConfig | None = None
+    prune: PruneConfig | None = None
+    extra: tuple[tuple[str, Any], ...] = ()  # kind-specific settings (e.g. sweep grid)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def run_id(self) -> str:
+        """First 16 hex digits of sha256(canonical JSON): same config, same id."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        # option tuples of (key, value) pairs become dicts for readability
+        if obj and all(
+            isinstance(p, tuple | list) and len(p) == 2 and isinstance(p[0], str) for p in obj
+        ):
+            return {k: _plain(v) for k, v in obj}
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def options_tuple(options: Any) -> tuple[tuple[str, Any], ...]:
+    """A method's options dataclass (or dict) as a sorted tuple of pairs (hashable, frozen)."""
+    if options is None:
+        return ()
+    items = dataclasses.asdict(options) if dataclasses.is_dataclass(options) else dict(options)
+    return tuple(sorted(items.items()))

@@ -1,0 +1,26 @@
+"""User-facing errors. Anything raised as a ``PruneScopeError`` is shown to the user as one
+clear message (CLI: stderr + non-zero exit; app: st.error) without a traceback."""
+
+
+class PruneScopeError(Exception):
+    """Base class of the errors a user can fix by changing their input."""
+
+
+class ConfigError(PruneScopeError, ValueError):
+    """An invalid configuration value or combination."""
+
+
+class ModelLoadError(PruneScopeError):
+    """The model could not be found, loaded, or is of an unsupported kind."""
+
+
+class DataError(PruneScopeError):
+    """A corpus could not be found or is unusable (missing, empty, too short)."""
+
+
+class StoreError(PruneScopeError):
+    """The results store cannot be written or read."""
+
+
+class NumericalError(PruneScopeError):
+    """A numerical procedure failed (e.g. a Hessian that stays non positive-definite)."""

@@ -1,0 +1,106 @@
+"""Mask selection shared by every pruning method: pure tensor functions, no modules.
+
+A *prune mask* is a bool tensor shaped like the weight, True where the weight is zeroed.
+Every selector prunes an exact count and breaks ties deterministically: scores are sorted
+with a stable sort, so among equal scores the lower index is pruned first. This matters for
+weights dequantised from 4-bit formats, whose magnitudes take only a few distinct values; a
+threshold rule (``score <= thr``, as in the reference code) would prune every tied entry.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from fractions import Fraction
+
+import torch
+
+from core.errors import ConfigError
+
+
+def check_sparsity(sparsity: float) -> float:
+    """Return ``sparsity`` as a float if it lies in [0, 1), else raise ConfigError."""
+    if isinstance(sparsity, bool) or not isinstance(sparsity, numbers.Real):
+        raise ConfigError(f"sparsity must be a number in [0, 1), got {sparsity!r}")
+    if not 0.0 <= sparsity < 1.0:  # also rejects NaN
+        raise ConfigError(f"sparsity must be in [0, 1), got {sparsity}")
+    return float(sparsity)
+
+
+def prune_count(n: int, sparsity: float) -> int:
+    """Number of entries to prune out of ``n``: ⌊sparsity·n⌋ (Wanda §3, papers.md §4).
+
+    ``sparsity`` is read as the decimal it prints as, so 0.29 of 100 is 29 and not the 28
+    that float arithmetic gives (0.29 * 100 == 28.999999999999996).
+    """
+    return math.floor(Fraction(repr(float(sparsity))) * n)
+
+
+def parse_pattern(pattern: str) -> tuple[int, int] | None:
+    """Parse a sparsity pattern: "unstructured" -> None, "N:M" -> (N, M) with 1 <= N < M."""
+    text = pattern.strip().lower()
+    if text == "unstructured":
+        return None
+    parts = text.split(":")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ConfigError(f"pattern must be 'unstructured' or 'N:M' (e.g. '2:4'), got {pattern!r}")
+    n, m = (int(p) for p in parts)
+    check_nm(n, m)
+    return n, m
+
+
+def check_nm(n: int, m: int) -> None:
+    """N:M keeps M-N of every M weights, so it needs 1 <= N < M."""
+    if not 1 <= n < m:
+        raise ConfigError(f"N:M pattern needs 1 <= N < M, got {n}:{m}")
+
+
+SCOPES = ("row", "matrix")
+
+
+def scope_dim(scope: str) -> int | None:
+    """Comparison group -> ``dim`` of ``topk_prune_mask``: "row" -> -1, "matrix" -> None."""
+    if scope not in SCOPES:
+        raise ConfigError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    return -1 if scope == "row" else None
+
+
+def lowest_k_mask(scores: torch.Tensor, k: int, dim: int | None = -1) -> torch.Tensor:
+    """Bool mask of the ``k`` lowest scores along ``dim`` (per slice), or overall if None.
+
+    Ties go to the lower index (stable sort), so exactly ``k`` entries are True per slice.
+    """
+    if dim is None:
+        return lowest_k_mask(scores.reshape(1, -1), k, dim=-1).reshape(scores.shape)
+    size = scores.shape[dim]
+    if not 0 <= k <= size:
+        raise ValueError(f"cannot prune {k} of {size} entries")
+    mask = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
+    if k == 0:
+        return mask
+    order = torch.sort(scores, dim=dim, stable=True).indices
+    return mask.scatter_(dim, order.narrow(dim, 0, k), True)
+
+
+def topk_prune_mask(scores: torch.Tensor, sparsity: float, dim: int | None = -1) -> torch.Tensor:
+    """Prune the ⌊sparsity·n⌋ lowest scores, per slice along ``dim`` or over the whole tensor.
+
+    scores: (out, in). ``dim=-1`` is Wanda's per-output-row comparison group; ``dim=None`` is
+    the per-matrix threshold of magnitude pruning (papers.md §4).
+    """
+    sparsity = check_sparsity(sparsity)
+    n = scores.numel() if dim is None else scores.shape[dim]
+    return lowest_k_mask(scores, prune_count(n, sparsity), dim)
+
+
+def nm_prune_mask(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:
+    """N:M mask: in every group of M consecutive input columns of each row prune the N lowest.
+
+    scores: (out, in) with ``in`` divisible by M. Exactly N entries per group are True.
+    """
+    check_nm(n, m)
+    rows, cols = scores.shape
+    if cols % m:
+        raise ConfigError(f"N:M pattern {n}:{m} needs a width divisible by {m}, got {cols}")
+    groups = scores.reshape(rows, cols // m, m)  # (out, in/M, M)
+    return lowest_k_mask(groups, n, dim=-1).reshape(rows, cols)

@@ -1,0 +1,118 @@
+"""Driver for methods that prune each linear of a layer on its own (magnitude, Wanda, SparseGPT).
+
+A subclass only implements ``prune_weight``: a float32 (out, in) matrix plus its input
+statistics in, the pruned matrix and its prune mask out. ``LinearwiseMethod.prune_layer``
+does the rest for every linear the runner hands over: casting, writing the result back in
+place in the weight's own dtype, and measuring what was achieved.
+
+Pattern and sparsity: a target sparsity of 0 leaves the linear untouched (bit-identical)
+whatever the pattern. Under an N:M pattern any other target is replaced by N/M, the
+sparsity the pattern itself implies.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from core.masks import check_sparsity, parse_pattern
+from core.methods.base import LayerContext, LinearReport, LinearStats, Method
+
+log = logging.getLogger(__name__)
+
+
+def relative_reconstruction_error(
+    W: torch.Tensor, W_new: torch.Tensor, gram: torch.Tensor
+) -> float:
+    """‖(W − Ŵ)X‖_F / ‖WX‖_F on the calibration inputs, exactly, from the Gram matrix.
+
+    With G = X Xᵀ (in, in), ‖AX‖²_F = tr(A G Aᵀ), so the ratio is
+    sqrt(tr(ΔW G ΔWᵀ) / tr(W G Wᵀ)) with ΔW = W − Ŵ; no token-sized product is formed.
+    W, W_new: (out, in). Returns 0 when both traces vanish and inf when only the
+    denominator does.
+    """
+    gram = gram.to(device=W.device, dtype=torch.float32)
+    W = W.float()
+    delta = W - W_new.to(device=W.device, dtype=torch.float32)  # (out, in)
+    # Row-wise quadratic forms summed in float64; clamp the tiny negatives rounding can give.
+    num = max(((delta @ gram) * delta).sum(dtype=torch.float64).item(), 0.0)
+    den = max(((W @ gram) * W).sum(dtype=torch.float64).item(), 0.0)
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return math.sqrt(num / den)
+
+
+class LinearwiseMethod(Method):
+    """Base of methods whose layer step is: prune every linear independently."""
+
+    def prune_weight(
+        self,
+        W: torch.Tensor,
+        stats: LinearStats | None,
+        sparsity: float,
+        nm: tuple[int, int] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """Prune one weight matrix.
+
+        W: (out, in) float32 copy of the weight; do not modify it in place (it is the
+        reference the reconstruction error is measured against). ``stats``: the linear's
+        calibration statistics (None when the method asked for none). ``nm``: (N, M), or None
+        for unstructured pruning at ``sparsity`` (in (0, 1)).
+        Returns (W_new (out, in) float32, prune_mask (out, in) bool, extra report fields).
+        """
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def prune_layer(self, ctx: LayerContext) -> list[LinearReport]:
+        nm = parse_pattern(ctx.pattern)
+        return [
+            self._prune_linear(ctx.index, role, linear, ctx.stats.get(role), ctx.sparsity[role], nm)
+            for role, linear in ctx.linears.items()
+            if role in ctx.sparsity
+        ]
+
+    def _prune_linear(
+        self,
+        layer: int,
+        role: str,
+        linear: nn.Linear,
+        stats: LinearStats | None,
+        sparsity: float,
+        nm: tuple[int, int] | None,
+    ) -> LinearReport:
+        sparsity = check_sparsity(sparsity)
+        weight = linear.weight  # (out, in), any dtype / device
+        start = time.perf_counter()
+        W = weight.detach().to(torch.float32, copy=True)
+        extra: dict[str, Any] = {}
+        if sparsity > 0.0:
+            if nm is not None:
+                sparsity = nm[0] / nm[1]
+            W_new, mask, extra = self.prune_weight(W, stats, sparsity, nm)
+            weight.copy_(W_new.to(weight.dtype))
+            extra = {"pruned": int(mask.sum().item()), **extra}
+        # .item() synchronises the device, so the timing covers the asynchronous kernels.
+        zeros = int((weight == 0).sum().item())
+        seconds = time.perf_counter() - start
+        if stats is None:
+            rel_error = math.nan
+        elif sparsity == 0.0:
+            rel_error = 0.0
+        else:
+            rel_error = relative_reconstruction_error(W, weight.detach(), stats.gram)
+        log.debug("layer %d %s: sparsity %.4f, rel_error %.4g", layer, role, sparsity, rel_error)
+        return LinearReport(
+            layer=layer,
+            role=role,
+            shape=(weight.shape[0], weight.shape[1]),
+            target_sparsity=sparsity,
+            achieved_sparsity=zeros / weight.numel(),
+            rel_error=rel_error,
+            seconds=seconds,
+            extra=extra,
+        )

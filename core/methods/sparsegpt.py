@@ -1,0 +1,207 @@
+"""SparseGPT: one-shot pruning with OBS weight updates (Frantar & Alistarh; arXiv 2301.00774).
+
+Per linear it solves min ‖WX − ŴX‖²₂ over masked Ŵ greedily, column by column (papers.md §5):
+with H = 2XXᵀ/n and U the upper Cholesky factor of H⁻¹, eliminating column j sets the
+pruned entries of w_j to 0 and moves the error onto the columns not yet eliminated,
+
+    err = (w_j − q_j) / U_jj,        W[:, j:] −= err ⊗ U[j, j:]        (OBS update),
+
+which is δ = −(w_m/[H⁻¹]_mm)·H⁻¹_{:,m} with the inverse Hessians of the shrinking problems
+read off the rows of U. Columns go in blocks of ``blocksize`` with lazy batched updates to
+the rest of the matrix, and the mask of each block is chosen adaptively, at its start, from
+the already-updated weights with the OBS saliency w²/U_jj² (the paper's "adaptive mask
+selection").
+
+Differences from the reference ``fasterprune``:
+- Each block prunes an exact count, with ties broken by index. Counts come from the
+  cumulative budget ⌊p·rows·i2⌋ − ⌊p·rows·i1⌋ for block [i1, i2), so the matrix total is
+  exactly ⌊p·rows·in⌋ (the reference prunes ``score <= thr``: one extra per block, more on ties).
+- H⁻¹ and its Cholesky factor are computed in float64, then the sweep runs in float32: LLM
+  inputs have outlier features, which make H badly conditioned.
+- If the damped H is still not positive definite, the damping is raised tenfold (up to
+  ``MAX_DAMP_INCREASES`` times) with a warning; the damping used is returned in ``info``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from core.errors import ConfigError, NumericalError
+from core.masks import check_nm, check_sparsity, lowest_k_mask, nm_prune_mask, prune_count
+from core.methods import register
+from core.methods.base import LinearStats
+from core.methods.linear import LinearwiseMethod
+
+log = logging.getLogger(__name__)
+
+MAX_DAMP_INCREASES = 4  # percdamp grows to at most 10⁴ × its setting before we give up
+
+
+def check_sparsegpt_options(percdamp: float, blocksize: int) -> None:
+    if isinstance(percdamp, bool) or not isinstance(percdamp, numbers.Real):
+        raise ConfigError(f"percdamp must be a positive number, got {percdamp!r}")
+    if not (math.isfinite(percdamp) and percdamp > 0):
+        raise ConfigError(f"percdamp must be a positive number, got {percdamp!r}")
+    if isinstance(blocksize, bool) or not isinstance(blocksize, int) or blocksize < 1:
+        raise ConfigError(f"blocksize must be an integer >= 1, got {blocksize!r}")
+
+
+def inverse_hessian_factor(H: torch.Tensor, percdamp: float) -> tuple[torch.Tensor, float, int]:
+    """Upper Cholesky factor U of (H + λI)⁻¹ with λ = percdamp · mean(diag H), in float64.
+
+    H: (in, in) symmetric. Raises the damping tenfold while a factorisation fails.
+    Returns (U (in, in) float64, the percdamp used, how many times it was raised).
+    """
+    mean_diag = H.diagonal().to(torch.float64).mean().item()
+    if not (math.isfinite(mean_diag) and mean_diag > 0):
+        raise NumericalError(
+            f"SparseGPT: the Hessian diagonal has mean {mean_diag}; the calibration statistics "
+            "are not usable (NaN/inf or negative)"
+        )
+    damp = percdamp
+    for attempt in range(MAX_DAMP_INCREASES + 1):
+        A = H.to(torch.float64, copy=True)
+        A.diagonal().add_(damp * mean_diag)
+        L, info = torch.linalg.cholesky_ex(A)
+        if info.item() == 0:
+            U, info = torch.linalg.cholesky_ex(torch.cholesky_inverse(L), upper=True)
+            if info.item() == 0 and torch.isfinite(U).all():
+                return U, damp, attempt
+        if attempt < MAX_DAMP_INCREASES:
+            log.warning(
+                "SparseGPT: Hessian (%dx%d) not positive definite with percdamp=%g; "
+                "retrying with percdamp=%g",
+                H.shape[0],
+                H.shape[1],
+                damp,
+                damp * 10,
+            )
+        damp *= 10
+    last = percdamp * 10**MAX_DAMP_INCREASES
+    raise NumericalError(
+        f"SparseGPT: the Hessian ({H.shape[0]}x{H.shape[1]}) is not positive definite even "
+        f"with percdamp={last:g} ({MAX_DAMP_INCREASES} tenfold increases from {percdamp:g}); "
+        "the calibration inputs are degenerate or contain NaN/inf"
+    )
+
+
+@torch.no_grad()
+def sparsegpt_prune(
+    W: torch.Tensor,
+    H: torch.Tensor,
+    sparsity: float,
+    nm: tuple[int, int] | None = None,
+    blocksize: int = 128,
+    percdamp: float = 0.01,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """Prune W with SparseGPT's OBS sweep; W and H are not modified.
+
+    W: (out, in); H: (in, in) = 2XXᵀ/n. Unstructured: exactly ⌊p·out·in⌋ weights are
+    pruned (ties to the lower index). N:M: every group of M consecutive columns of each row
+    has exactly N pruned, chosen when the sweep reaches the group; ``sparsity`` is ignored and
+    ``blocksize`` is rounded down to a multiple of M so no group straddles two blocks.
+    Inputs never active (diag H = 0) have their columns zeroed. With p = 0 (unstructured)
+    W is returned unchanged without factorising H.
+
+    Returns (W_new (out, in) float32, prune mask (out, in) bool, info) where info holds
+    ``percdamp`` (the damping used), ``damp_increases``, ``dead_columns``, ``blocksize``
+    and ``obs_loss`` = Σ (w − q)² / (2 U_jj²), the sweep's own estimate of the added error.
+    """
+    sparsity = check_sparsity(sparsity)
+    check_sparsegpt_options(percdamp, blocksize)
+    rows, cols = W.shape
+    if H.shape != (cols, cols):
+        raise ConfigError(f"Hessian shape {tuple(H.shape)} does not match weight {(rows, cols)}")
+    if nm is not None:
+        check_nm(*nm)
+        if cols % nm[1]:
+            raise ConfigError(f"N:M pattern {nm[0]}:{nm[1]} needs a width divisible by {nm[1]}")
+        blocksize = max(nm[1], blocksize - blocksize % nm[1])
+    W = W.detach().to(torch.float32, copy=True)  # (out, in), the sweep edits it in place
+    mask = torch.zeros((rows, cols), dtype=torch.bool, device=W.device)
+    if nm is None and sparsity == 0.0:
+        return W, mask, {}
+
+    H = H.detach().to(device=W.device, dtype=torch.float32, copy=True)
+    dead = H.diagonal() == 0  # (in,) inputs that are always 0: any weight there is free
+    H.diagonal()[dead] = 1.0
+    W[:, dead] = 0.0
+    U64, used_percdamp, increases = inverse_hessian_factor(H, percdamp)
+    U = U64.to(torch.float32)  # (in, in) upper triangular
+    del H, U64
+
+    losses = torch.zeros(rows, dtype=torch.float32, device=W.device)
+    for i1 in range(0, cols, blocksize):
+        i2 = min(i1 + blocksize, cols)
+        W1 = W[:, i1:i2]  # (out, B) view: updated in place
+        U1 = U[i1:i2, i1:i2]  # (B, B)
+        d = U1.diagonal()  # (B,)
+        err1 = torch.zeros_like(W1)  # (out, B) scaled errors for the lazy update
+        mask1 = mask[:, i1:i2]  # (out, B) view
+        if nm is None:
+            # OBS saliency on the already-updated block; exact budget from the cumulative count.
+            k = prune_count(rows * i2, sparsity) - prune_count(rows * i1, sparsity)
+            mask1 |= lowest_k_mask(W1.square() / d.square(), k, dim=None)
+        for j in range(i2 - i1):
+            if nm is not None and j % nm[1] == 0:
+                group = slice(j, j + nm[1])
+                mask1[:, group] = nm_prune_mask(W1[:, group].square() / d[group].square(), *nm)
+            w = W1[:, j]  # (out,)
+            q = w.masked_fill(mask1[:, j], 0.0)
+            err = (w - q) / d[j]
+            losses += err.square()
+            W1[:, j + 1 :] -= torch.outer(err, U1[j, j + 1 :])
+            W1[:, j] = q  # set, not updated: pruned weights must be exactly 0
+            err1[:, j] = err
+        W[:, i2:] -= err1 @ U[i1:i2, i2:]  # lazy batch update of the later columns
+
+    W[:, dead] = 0.0
+    mask[:, dead] = True
+    info = {
+        "percdamp": used_percdamp,
+        "damp_increases": increases,
+        "dead_columns": int(dead.sum().item()),
+        "blocksize": blocksize,
+        "obs_loss": losses.sum().item() / 2,
+    }
+    return W, mask, info
+
+
+@dataclass(frozen=True)
+class SparseGPTOptions:
+    """percdamp: damping λ = percdamp · mean(diag H); blocksize: columns per lazy-update block."""
+
+    percdamp: float = 0.01
+    blocksize: int = 128
+
+    def __post_init__(self) -> None:
+        check_sparsegpt_options(self.percdamp, self.blocksize)
+
+
+@register
+class SparseGPT(LinearwiseMethod):
+    """SparseGPT with H = 2·gram/n_tokens, the reference's running mean of 2xxᵀ."""
+
+    name = "sparsegpt"
+    options_cls = SparseGPTOptions
+    options: SparseGPTOptions
+
+    def prune_weight(
+        self,
+        W: torch.Tensor,
+        stats: LinearStats | None,
+        sparsity: float,
+        nm: tuple[int, int] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+        if stats is None or stats.n_tokens == 0:
+            raise ConfigError("sparsegpt needs calibration statistics from at least one token")
+        H = stats.gram * (2.0 / stats.n_tokens)  # (in, in), a new tensor: the gram is shared
+        return sparsegpt_prune(
+            W, H, sparsity, nm, blocksize=self.options.blocksize, percdamp=self.options.percdamp
+        )

@@ -1,0 +1,78 @@
+"""Wanda: pruning by weights and activations (Sun, Liu, Bair, Kolter; arXiv 2306.11695).
+
+Score S_ij = |W_ij| · ‖X_j‖₂ (paper Eq. 1), X_j being input feature j over all calibration
+tokens. Scores are compared within each output row and the lowest ⌊p·C_in⌋ are zeroed; the
+kept weights are not updated (papers.md §4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from core.errors import ConfigError
+from core.masks import nm_prune_mask, scope_dim, topk_prune_mask
+from core.methods import register
+from core.methods.base import LinearStats
+from core.methods.linear import LinearwiseMethod
+
+
+def wanda_scores(W: torch.Tensor, col_sq_norms: torch.Tensor) -> torch.Tensor:
+    """S = |W| · ‖X_j‖₂ (Wanda Eq. 1). W: (out, in); col_sq_norms: (in,) = ‖X_j‖²₂ = diag(X Xᵀ).
+
+    Any positive rescaling of the norms (the reference keeps a running mean) leaves every
+    per-row ranking unchanged.
+    """
+    norms = col_sq_norms.to(device=W.device, dtype=torch.float32).clamp_min(0.0).sqrt()
+    return W.abs() * norms.unsqueeze(0)  # (out, in)
+
+
+def wanda_mask(
+    W: torch.Tensor,
+    col_sq_norms: torch.Tensor,
+    sparsity: float,
+    scope: str = "row",
+    nm: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """Prune mask from Wanda scores: per output row (the paper's choice), per matrix, or N:M.
+
+    W: (out, in). With ``nm`` the pattern alone decides and ``sparsity`` is ignored.
+    """
+    dim = scope_dim(scope)
+    scores = wanda_scores(W, col_sq_norms)
+    if nm is not None:
+        return nm_prune_mask(scores, *nm)
+    return topk_prune_mask(scores, sparsity, dim)
+
+
+@dataclass(frozen=True)
+class WandaOptions:
+    """scope: comparison group, "row" (paper default) or "matrix" (the paper's ablation)."""
+
+    scope: str = "row"
+
+    def __post_init__(self) -> None:
+        scope_dim(self.scope)  # validates
+
+
+@register
+class Wanda(LinearwiseMethod):
+    """Wanda pruning; the column norms come from the diagonal of the runner's Gram matrix."""
+
+    name = "wanda"
+    options_cls = WandaOptions
+    options: WandaOptions
+
+    def prune_weight(
+        self,
+        W: torch.Tensor,
+        stats: LinearStats | None,
+        sparsity: float,
+        nm: tuple[int, int] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+        if stats is None:
+            raise ConfigError("wanda needs calibration statistics (the Gram matrix)")
+        mask = wanda_mask(W, stats.col_sq_norms, sparsity, self.options.scope, nm)
+        return W.masked_fill(mask, 0.0), mask, {}

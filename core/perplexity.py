@@ -1,0 +1,68 @@
+"""Perplexity on non-overlapping windows: PPL = exp(mean over windows of the window's mean
+next-token NLL), exactly the reference protocol of Wanda / SparseGPT / SliceGPT (papers.md §1)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from core.progress import ProgressFn, report
+
+
+@dataclass(frozen=True)
+class PerplexityResult:
+    ppl: float
+    nll: float  # mean window NLL in nats (= ln PPL)
+    n_windows: int
+    seqlen: int
+    n_tokens: int  # windows × seqlen, as the reference implementations count them
+    seconds: float
+    tokens_per_s: float
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def window_nll(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Mean NLL per window. logits: (B, L, V), ids: (B, L) -> (B,) float32.
+
+    Position t predicts token t+1, so each window contributes L-1 targets.
+    """
+    B, L, V = logits.shape
+    loss = F.cross_entropy(
+        logits[:, :-1].reshape(-1, V).float(), ids[:, 1:].reshape(-1), reduction="none"
+    )
+    return loss.view(B, L - 1).mean(dim=1)
+
+
+@torch.no_grad()
+def evaluate_perplexity(
+    model: nn.Module,
+    windows: torch.Tensor,
+    batch_size: int = 4,
+    device: torch.device | str | None = None,
+    on_progress: ProgressFn | None = None,
+) -> PerplexityResult:
+    """windows: (n, L) token ids. The model stays where it is; batches move to ``device``."""
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    n, L = windows.shape
+    total = torch.zeros((), dtype=torch.float64)
+    t0 = time.perf_counter()
+    report(on_progress, "eval", 0, n)
+    for start in range(0, n, batch_size):
+        ids = windows[start : start + batch_size].to(device)
+        logits = model(input_ids=ids, use_cache=False).logits
+        total += window_nll(logits, ids).double().sum().cpu()
+        done = min(start + batch_size, n)
+        report(on_progress, "eval", done, n, f"{done * L / (time.perf_counter() - t0):.0f} tok/s")
+    seconds = time.perf_counter() - t0
+    nll = float(total / n)
+    return PerplexityResult(
+        ppl=math.exp(nll), nll=nll, n_windows=n, seqlen=L, n_tokens=n * L,
+        seconds=seconds, tokens_per_s=n * L / seconds if seconds > 0 else float("inf"),
+    )  # fmt: skip

@@ -1,0 +1,307 @@
+"""Orchestration shared by the CLI and the app: resolve a config, load what it needs, run
+it, and store the result. Every entry point returns a plain dict (run id, config, metrics)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import time
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from core.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig, RunConfig, options_tuple
+from core.data import calibration_windows, eval_windows, load_corpus
+from core.device import dtype_name, resolve_device, resolve_dtype
+from core.errors import ConfigError
+from core.models import LoadedModel, load_model
+from core.perplexity import evaluate_perplexity
+from core.progress import ProgressFn, report
+from core.store import RunStore, environment_record
+
+log = logging.getLogger(__name__)
+
+
+# ---- resolution ------------------------------------------------------------------------------
+def resolve_model_spec(spec: ModelSpec) -> ModelSpec:
+    """Replace 'auto' device/dtype by what they resolve to on this machine."""
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    return dataclasses.replace(spec, device=str(device), dtype=dtype_name(dtype))
+
+
+def resolve_prune_config(prune: PruneConfig) -> PruneConfig:
+    """Validate the method name and fill its options with defaults (options_cls)."""
+    from core.methods import get_method
+
+    cls = get_method(prune.method)
+    if prune.pattern != "unstructured" and "nm" not in cls.supports_patterns:
+        raise ConfigError(f"method {cls.name} does not support N:M patterns")
+    try:
+        opts = cls.options_cls(**dict(prune.options))
+    except TypeError as exc:
+        raise ConfigError(f"bad options for {cls.name}: {exc}") from exc
+    return dataclasses.replace(prune, method=cls.name, options=options_tuple(opts))
+
+
+# ---- models: pristine copy cached once per process, copied per job ----------------------------
+@lru_cache(maxsize=1)
+def _pristine(name: str, dtype: str, trust_remote_code: bool, revision: str | None) -> LoadedModel:
+    return load_model(
+        name, "cpu", resolve_dtype(dtype, torch.device("cpu")), trust_remote_code, revision
+    )
+
+
+def get_model(spec: ModelSpec, fresh: bool = True) -> LoadedModel:
+    """The model of a resolved spec on its device; ``fresh`` gives a private deep copy."""
+    base = _pristine(spec.name, spec.dtype, spec.trust_remote_code, spec.revision)
+    lm = copy.deepcopy(base) if fresh else base
+    lm.model.to(spec.device)
+    return lm
+
+
+def check_seqlen(lm: LoadedModel, seqlen: int, what: str = "seqlen") -> None:
+    ctx = lm.adapter.max_positions
+    if ctx and seqlen > ctx:
+        raise ConfigError(f"{what} {seqlen} exceeds the model's context of {ctx} tokens")
+
+
+_WINDOW_CACHE: dict[tuple, tuple[torch.Tensor, dict[str, Any]]] = {}
+
+
+def get_eval_windows(lm: LoadedModel, cfg: EvalConfig) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Evaluation windows (n, L) and a description of the corpus, cached per process."""
+    key = (lm.name, cfg.data, cfg.seqlen, cfg.max_windows)
+    if key not in _WINDOW_CACHE:
+        corpus = load_corpus(cfg.data)
+        windows = eval_windows(lm.tokenizer, corpus, cfg.seqlen, cfg.max_windows)
+        info = {"dataset": corpus.name, "split": corpus.split, "source": corpus.source,
+                "comparable": corpus.comparable}  # fmt: skip
+        _WINDOW_CACHE[key] = (windows, info)
+    return _WINDOW_CACHE[key]
+
+
+def get_calib_windows(lm: LoadedModel, cfg: CalibConfig) -> tuple[torch.Tensor, dict[str, Any]]:
+    corpus = load_corpus(cfg.data)
+    ids = calibration_windows(lm.tokenizer, corpus, cfg.nsamples, cfg.seqlen, cfg.seed)
+    return ids, {"dataset": corpus.name, "split": corpus.split, "source": corpus.source}
+
+
+# ---- eval ---------------------------------------------------------------------------------------
+def run_eval(
+    model: ModelSpec, eval_cfg: EvalConfig, store: RunStore, on_progress: ProgressFn | None = None,
+    force: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """Dense perplexity of a model; reuses a finished run with the same config unless forced."""
+    cfg = RunConfig("eval", resolve_model_spec(model), eval_cfg)
+    cached = _cached(store, cfg, force)
+    if cached is not None:
+        return cached
+    with store.begin(cfg, force) as writer:
+        progress = _tee(writer.progress, on_progress)
+        report(progress, "load", 0, 1, f"loading {cfg.model.name}")
+        lm = get_model(cfg.model, fresh=False)
+        check_seqlen(lm, eval_cfg.seqlen)
+        windows, data_info = get_eval_windows(lm, eval_cfg)
+        writer.write_env(environment_record(cfg.model.device))
+        res = evaluate_perplexity(
+            lm.model, windows, eval_cfg.batch_size, cfg.model.device, progress
+        )
+        metrics = {**res.to_dict(), "data": data_info, "model": lm.adapter.describe()}
+        writer.commit(metrics)
+    return {"run_id": cfg.run_id, "config": cfg.to_dict(), "metrics": metrics, "cached": False}
+
+
+def _cached(store: RunStore, cfg: RunConfig, force: bool) -> dict[str, Any] | None:
+    if force:
+        return None
+    try:
+        rec = store.get(cfg.run_id)
+    except Exception:
+        return None
+    if rec.status != "done" or rec.id != cfg.run_id:
+        return None
+    return {
+        "run_id": rec.id,
+        "config": rec.config,
+        "metrics": store.load(rec.id).metrics,
+        "cached": True,
+    }
+
+
+def _tee(*fns: ProgressFn | None) -> ProgressFn:
+    live = [f for f in fns if f is not None]
+
+    def fn(stage: str, done: int, total: int, detail: str = "") -> None:
+        for f in live:
+            f(stage, done, total, detail)
+
+    return fn
+
+
+# ---- prune --------------------------------------------------------------------------------------
+def allocate_sparsity(
+    lm: LoadedModel, prune: PruneConfig, roles: tuple[str, ...], calib_ids: torch.Tensor,
+    device: torch.device, progress: ProgressFn | None, **runner_kw: Any,
+) -> tuple[list[dict[str, float]], list[dict[str, Any]]]:  # fmt: skip
+    """Per-layer target sparsity (uniform or OWL) and the rows explaining it.
+
+    OWL needs each layer's outlier ratio of Wanda scores |W|·‖X‖, measured by one extra
+    dense pass of the shared runner that prunes nothing.
+    """
+    from core.allocation import layer_outlier_ratio, owl_allocation, uniform_allocation
+    from core.runner import run_layerwise
+
+    n = lm.adapter.n_layers
+    if prune.allocation == "uniform":
+        per_layer = uniform_allocation(n, prune.sparsity)
+        ratios = [None] * n
+    else:
+        ratios: list[float] = []
+
+        def measure(ctx) -> list:
+            scores = [lin.weight.detach().float().abs() * ctx.stats[r].col_sq_norms.sqrt()
+                      for r, lin in ctx.linears.items()]  # fmt: skip
+            ratios.append(layer_outlier_ratio(scores, prune.owl_m))
+            return []
+
+        run_layerwise(lm.adapter, calib_ids, measure, roles, None, prune.pattern, device,
+                      on_progress=progress, stage="owl", **runner_kw)  # fmt: skip
+        params = [sum(lin.weight.numel() for lin in lm.adapter.linears(layer, roles).values())
+                  for layer in lm.adapter.layers]  # fmt: skip
+        per_layer = owl_allocation(ratios, prune.sparsity, prune.owl_lambda, params)
+    rows = [{"layer": i, "sparsity": s, "outlier_ratio": r}
+            for i, (s, r) in enumerate(zip(per_layer, ratios, strict=True))]  # fmt: skip
+    return [dict.fromkeys(roles, s) for s in per_layer], rows
+
+
+def weight_sparsity(lm: LoadedModel, roles: tuple[str, ...]) -> dict[str, float]:
+    """Fraction of exact zeros over the targeted linears and over every decoder linear."""
+    z_t = n_t = z_a = n_a = 0
+    for layer in lm.adapter.layers:
+        for role, lin in lm.adapter.linears(layer).items():
+            w = lin.weight
+            z, n = int((w == 0).sum()), w.numel()
+            z_a, n_a = z_a + z, n_a + n
+            if role in roles:
+                z_t, n_t = z_t + z, n_t + n
+    return {"achieved_sparsity": z_t / max(n_t, 1), "decoder_sparsity": z_a / max(n_a, 1)}
+
+
+def qk_arrays(lm: LoadedModel, max_hidden: int = 2048) -> dict[str, torch.Tensor]:
+    """Pruned W_Q/W_K (float16) per layer for attention heatmaps of any prompt later.
+
+    Only for models with hidden size <= max_hidden (SmolLM2: ~26 MB); larger models keep the
+    masks the method stored and the heatmaps computed at prune time.
+    """
+    if lm.adapter.hidden_size > max_hidden:
+        return {}
+    out = {}
+    for i, layer in enumerate(lm.adapter.layers):
+        for role, lin in lm.adapter.linears(layer, ("q", "k")).items():
+            out[f"layer{i}.{role}"] = lin.weight.detach().to("cpu", torch.float16)
+    return out
+
+
+def plan_prune(
+    model: ModelSpec, prune: PruneConfig, calib: CalibConfig, eval_cfg: EvalConfig
+) -> RunConfig:
+    """The resolved config (hence the run id) a prune run will have; validates everything."""
+    return RunConfig(
+        "prune", resolve_model_spec(model), eval_cfg, calib, resolve_prune_config(prune)
+    )
+
+
+def run_prune(
+    model: ModelSpec, prune: PruneConfig, calib: CalibConfig, eval_cfg: EvalConfig,
+    store: RunStore, on_progress: ProgressFn | None = None, force: bool = False,
+    save_dir: str | None = None, activations_on_cpu: bool = False, effdim_windows: int = 4,
+) -> dict[str, Any]:  # fmt: skip
+    """Prune a model with a registered method, evaluate it against the dense model, store it."""
+    from core.adapter import resolve_roles
+    from core.methods import get_method
+    from core.runner import run_method
+
+    cfg = plan_prune(model, prune, calib, eval_cfg)
+    prune = cfg.prune
+    cached = _cached(store, cfg, force) if save_dir is None else None
+    if cached is not None:
+        return cached
+    device = torch.device(cfg.model.device)
+    dense = run_eval(cfg.model, eval_cfg, store, on_progress)  # cached after the first time
+    with store.begin(cfg, force) as writer:
+        progress = _tee(writer.progress, on_progress)
+        report(progress, "load", 0, 1, f"loading {cfg.model.name}")
+        lm = get_model(cfg.model, fresh=True)
+        check_seqlen(lm, eval_cfg.seqlen)
+        check_seqlen(lm, calib.seqlen, "calibration seqlen")
+        writer.write_env(environment_record(device))
+        windows, data_info = get_eval_windows(lm, eval_cfg)
+        calib_ids, calib_info = get_calib_windows(lm, calib)
+        cls = get_method(prune.method)
+        method = cls(cls.options_cls(**dict(prune.options)))
+        roles = resolve_roles(prune.targets)
+        kw = {"activations_on_cpu": activations_on_cpu}
+
+        t0 = time.perf_counter()
+        sparsities, alloc_rows = allocate_sparsity(
+            lm, prune, roles, calib_ids, device, progress, **kw
+        )
+        result = run_method(method, lm.adapter, calib_ids, roles, sparsities, prune.pattern, device,
+                            on_progress=progress, **kw)  # fmt: skip
+        prune_seconds = time.perf_counter() - t0
+
+        pruned = evaluate_perplexity(lm.model, windows, eval_cfg.batch_size, device, progress)
+        layer_rows = [dataclasses.asdict(r) for r in result.reports]
+        for row in layer_rows:
+            row["shape"] = list(row["shape"])
+            extra = row.pop("extra")
+            row.update({k: v for k, v in extra.items() if isinstance(v, int | float | str | bool)})
+        writer.write_table("layers", layer_rows)
+        writer.write_table("allocation", alloc_rows)
+        for name, rows in result.tables.items():
+            writer.write_table(name, rows)
+        if result.arrays:
+            writer.write_arrays("method", result.arrays)
+        qk = qk_arrays(lm)
+        if qk:
+            writer.write_arrays("qk", qk)
+        eff = residual_effdim(lm, windows[:effdim_windows], device, progress)
+        writer.write_table("effdim", eff["rows"])
+        metrics = {
+            "dense_ppl": dense["metrics"]["ppl"], "dense_run": dense["run_id"],
+            "ppl": pruned.ppl, "nll": pruned.nll, "n_windows": pruned.n_windows,
+            "n_tokens": pruned.n_tokens, "eval_tokens_per_s": pruned.tokens_per_s,
+            "prune_seconds": prune_seconds, "layer_seconds": result.layer_seconds,
+            **weight_sparsity(lm, roles), **eff["summary"],
+            "data": data_info, "calib": calib_info, "model": lm.adapter.describe(),
+        }  # fmt: skip
+        if save_dir:
+            metrics["saved_to"] = save_model(lm, save_dir)
+        writer.commit(metrics)
+    return {"run_id": cfg.run_id, "config": cfg.to_dict(), "metrics": metrics, "cached": False}
+
+
+def residual_effdim(
+    lm: LoadedModel, windows: torch.Tensor, device, progress=None
+) -> dict[str, Any]:
+    """Effective dimension of the residual stream on held-out windows (core.repdim)."""
+    from core.repdim import collect_residual_dims
+
+    report(progress, "effdim", 0, 1, "effective dimension of the residual stream")
+    res = collect_residual_dims(lm.adapter, windows, device)
+    report(progress, "effdim", 1, 1)
+    return res
+
+
+def save_model(lm: LoadedModel, folder: str) -> str:
+    """save_pretrained (safetensors) + tokenizer: reloadable by plain transformers."""
+    from pathlib import Path
+
+    path = Path(folder).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    lm.model.save_pretrained(path, safe_serialization=True)
+    lm.tokenizer.save_pretrained(path)
+    return str(path)

@@ -1,0 +1,292 @@
+"""The shared layer-by-layer calibration runner (Wanda / SparseGPT "sequential" scheme).
+
+1. Capture the inputs of decoder layer 0 for the calibration batch (a pre-hook that stops
+   the forward, so no layer runs and nothing but the embeddings needs the device).
+2. For each decoder layer in turn: move it to the compute device, hook its linears to
+   accumulate input statistics (Gram matrices x xᵀ; raw inputs when a method asks), let the
+   method edit the weights, re-run the layer so its *pruned* outputs feed the next layer,
+   and move it back. Only one layer sits on the device at a time, so models larger than the
+   device's memory can be pruned; calibration activations can live on the CPU.
+
+Layer calls go through ``forward_layer``, which accepts tensor or tuple outputs and the
+keyword arguments the model itself passed to layer 0, so it survives transformers drift.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from core.adapter import SHARED_INPUT, ModelAdapter
+from core.methods.base import LayerContext, LinearReport, LinearStats, Method
+from core.progress import ProgressFn, report
+
+log = logging.getLogger(__name__)
+
+
+class _StopForward(Exception):
+    """Raised by the layer-0 pre-hook once its inputs are captured."""
+
+
+def move(
+    obj: Any, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+) -> Any:
+    """Move tensors (possibly nested in tuples/lists/dicts) to a device; floats to dtype."""
+    if isinstance(obj, torch.Tensor):
+        if dtype is not None and obj.is_floating_point():
+            return obj.to(device=device, dtype=dtype)
+        return obj.to(device=device)
+    if isinstance(obj, tuple):
+        return tuple(move(o, device, dtype) for o in obj)
+    if isinstance(obj, list):
+        return [move(o, device, dtype) for o in obj]
+    if isinstance(obj, dict):
+        return {k: move(v, device, dtype) for k, v in obj.items()}
+    return obj
+
+
+@dataclass
+class LayerInputs:
+    """Decoder-layer inputs for the calibration set, one entry per mini-batch.
+
+    hidden[b]: (B, L, d) in the model's dtype, on ``store_device``.
+    kwargs[b]: the keyword arguments the model passes to a decoder layer for that batch
+        (attention mask, position ids, RoPE (cos, sin), ...), kept on ``store_device``.
+    """
+
+    hidden: list[torch.Tensor]
+    kwargs: list[dict[str, Any]]
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(h.shape[0] * h.shape[1] for h in self.hidden)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def capture_layer_inputs(
+    adapter: ModelAdapter,
+    input_ids: torch.Tensor,
+    device: torch.device,
+    batch_size: int = 8,
+    store_device: torch.device | None = None,
+) -> LayerInputs:
+    """Run the model up to decoder layer 0 and keep what layer 0 receives.
+
+    input_ids: (N, L) calibration tokens. Only the embeddings and rotary module move to
+    ``device``; they go back to where they were afterwards.
+    """
+    store_device = store_device or device
+    model, first = adapter.model, adapter.layers[0]
+    hidden: list[torch.Tensor] = []
+    kwargs: list[dict[str, Any]] = []
+
+    def grab(_module: nn.Module, args: tuple, kw: dict) -> None:
+        h = args[0] if args else kw.pop("hidden_states")
+        kw = {k: v for k, v in kw.items() if k not in ("hidden_states", "cache", "past_key_values")}
+        hidden.append(h.to(store_device))
+        kwargs.append(move(kw, store_device))
+        raise _StopForward
+
+    pre_modules = [adapter.embed_tokens] + ([adapter.rotary_emb] if adapter.rotary_emb else [])
+    homes = [model_device(m) if any(True for _ in m.parameters()) else None for m in pre_modules]
+    for m in pre_modules:
+        m.to(device)
+    handle = first.register_forward_pre_hook(grab, with_kwargs=True)
+    try:
+        for start in range(0, input_ids.shape[0], batch_size):
+            batch = input_ids[start : start + batch_size].to(device)
+            with contextlib.suppress(_StopForward):
+                model(input_ids=batch, use_cache=False)
+    finally:
+        handle.remove()
+        for m, home in zip(pre_modules, homes, strict=True):
+            if home is not None:
+                m.to(home)
+    return LayerInputs(hidden, kwargs)
+
+
+def forward_layer(layer: nn.Module, hidden: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
+    """Call a decoder layer the way the model does; accept tensor or tuple outputs."""
+    out = layer(hidden, **kwargs)
+    return out[0] if isinstance(out, tuple) else out
+
+
+@torch.no_grad()
+def propagate(
+    layer: nn.Module, inputs: LayerInputs, device: torch.device, hooks_active: bool = True
+) -> list[torch.Tensor]:
+    """Run one layer over every calibration batch; returns outputs on the store device."""
+    outs = []
+    for h, kw in zip(inputs.hidden, inputs.kwargs, strict=True):
+        store = h.device
+        out = forward_layer(layer, h.to(device), move(kw, device))
+        outs.append(out.to(store))
+    return outs
+
+
+class _StatsCollector:
+    """Forward hooks that accumulate Gram matrices (and optionally raw inputs) per role.
+
+    Roles reading the same tensor (q/k/v, gate/up) share one Gram: SHARED_INPUT maps them.
+    gram: (in, in) float32 on the compute device.
+    """
+
+    def __init__(
+        self,
+        linears: dict[str, nn.Linear],
+        want_gram: bool,
+        want_inputs: frozenset[str],
+        input_store: torch.device,
+    ) -> None:
+        self.stats: dict[str, LinearStats] = {}
+        self.raw: dict[str, list[torch.Tensor]] = {r: [] for r in want_inputs if r in linears}
+        self.handles = []
+        owners: dict[str, str] = {}
+        for role in linears:
+            owner = SHARED_INPUT.get(role, role)
+            owner = owner if owner in linears else role
+            owners[role] = owner
+        for role, lin in linears.items():
+            if owners[role] != role:
+                continue  # the owner's hook accumulates for it
+            hook_roles = [r for r, o in owners.items() if o == role]
+            if want_gram:
+                stat = LinearStats(
+                    torch.zeros(lin.in_features, lin.in_features, device=lin.weight.device)
+                )
+                for r in hook_roles:
+                    self.stats[r] = stat
+            self.handles.append(
+                lin.register_forward_hook(self._make_hook(role, hook_roles, want_gram, input_store))
+            )
+
+    def _make_hook(self, role: str, hook_roles: list[str], want_gram: bool, store: torch.device):
+        def hook(_m: nn.Module, args: tuple, _out: torch.Tensor) -> None:
+            x = args[0]  # (B, L, in)
+            if want_gram:
+                flat = x.reshape(-1, x.shape[-1]).float()
+                stat = self.stats[role]
+                stat.gram.addmm_(flat.T, flat)
+                stat.n_tokens += flat.shape[0]
+            for r in hook_roles:
+                if r in self.raw:
+                    self.raw[r].append(x.detach().float().to(store))
+
+        return hook
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+@dataclass
+class RunnerResult:
+    """What a layer-wise pass produced: per-linear reports plus method-defined tables/arrays."""
+
+    reports: list[LinearReport] = field(default_factory=list)
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    arrays: dict[str, torch.Tensor] = field(default_factory=dict)
+    layer_seconds: list[float] = field(default_factory=list)
+
+
+LayerFn = Callable[[LayerContext], list[LinearReport]]
+
+
+@torch.no_grad()
+def run_layerwise(
+    adapter: ModelAdapter,
+    calib_ids: torch.Tensor,
+    layer_fn: LayerFn,
+    roles: Sequence[str],
+    sparsity: Sequence[dict[str, float]] | None = None,
+    pattern: str = "unstructured",
+    device: torch.device | str = "cpu",
+    needs_gram: bool = True,
+    needs_inputs: frozenset[str] = frozenset(),
+    batch_size: int = 8,
+    activations_on_cpu: bool = False,
+    on_progress: ProgressFn | None = None,
+    stage: str = "prune",
+) -> RunnerResult:
+    """Walk the decoder layers sequentially, calling ``layer_fn`` on each.
+
+    sparsity[i] maps role -> target sparsity of layer i (None: 0 for every role). Layers
+    live wherever they are (CPU when offloading) and visit ``device`` one at a time.
+    """
+    device = torch.device(device)
+    store = torch.device("cpu") if activations_on_cpu else device
+    inputs = capture_layer_inputs(adapter, calib_ids, device, batch_size, store)
+    result = RunnerResult()
+    n = adapter.n_layers
+    report(on_progress, stage, 0, n)
+    for i, layer in enumerate(adapter.layers):
+        t0 = time.perf_counter()
+        home = model_device(layer)
+        layer.to(device)
+        linears = adapter.linears(layer, tuple(roles))
+        collector = _StatsCollector(linears, needs_gram, needs_inputs, store)
+        try:
+            propagate(layer, inputs, device)  # dense outputs are not needed: stats only
+        finally:
+            collector.remove()
+        pos = inputs.kwargs[0].get("position_embeddings") if inputs.kwargs else None
+        ctx = LayerContext(
+            index=i,
+            n_layers=n,
+            layer=layer,
+            adapter=adapter,
+            linears=linears,
+            stats=collector.stats,
+            inputs={r: torch.cat(v) for r, v in collector.raw.items()},
+            sparsity=dict(sparsity[i]) if sparsity is not None else {r: 0.0 for r in roles},
+            pattern=pattern,
+            device=device,
+            position_embeddings=move(pos, device),
+        )
+        result.reports.extend(layer_fn(ctx))
+        for name, rows in ctx.tables.items():
+            result.tables.setdefault(name, []).extend(rows)
+        result.arrays.update({k: v.detach().cpu() for k, v in ctx.arrays.items()})
+        del collector, ctx
+        inputs.hidden = propagate(layer, inputs, device)  # pruned outputs feed layer i+1
+        layer.to(home)
+        result.layer_seconds.append(time.perf_counter() - t0)
+        log.debug("layer %d/%d done in %.2fs", i + 1, n, result.layer_seconds[-1])
+        report(on_progress, stage, i + 1, n, f"layer {i + 1}/{n}")
+    return result
+
+
+def run_method(
+    method: Method,
+    adapter: ModelAdapter,
+    calib_ids: torch.Tensor,
+    roles: Sequence[str],
+    sparsity: Sequence[dict[str, float]],
+    pattern: str,
+    device: torch.device | str,
+    **kwargs: Any,
+) -> RunnerResult:
+    """Prune every decoder layer with a registered method."""
+    return run_layerwise(
+        adapter,
+        calib_ids,
+        method.prune_layer,
+        roles,
+        sparsity,
+        pattern,
+        device,
+        needs_gram=method.needs_gram,
+        needs_inputs=method.needs_inputs,
+        **kwargs,
+    )

@@ -1,0 +1,385 @@
+"""The results store: one folder per run, indexed in an embedded SQLite database.
+
+Layout under the store root ($PRUNESCOPE_HOME or the platform user-data dir)::
+
+    index.sqlite                 one row per run: id, kind, status, summary, config
+    runs/<id>/config.json        the resolved config (its hash is <id>)
+    runs/<id>/env.json           versions, device, host, git commit
+    runs/<id>/metrics.json       headline numbers
+    runs/<id>/tables/<t>.parquet per-layer tables, trajectories, sweeps
+    runs/<id>/arrays/<a>.safetensors  masks, attention maps
+    progress/<id>.jsonl          live progress of a running job
+
+A run is written into ``tmp/`` and renamed into ``runs/`` only when complete; the index row
+goes from 'running' to 'done' after the rename, so a crash never leaves a half-written run
+marked done. Rows left 'running' by a dead process are marked 'interrupted' on open.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import shutil
+import socket
+import sqlite3
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from core.config import RunConfig
+from core.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+STATUSES = ("running", "done", "failed", "cancelled", "interrupted")
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL,
+    created REAL NOT NULL, finished REAL, model TEXT, method TEXT, sparsity REAL,
+    pattern TEXT, dataset TEXT, summary TEXT, config TEXT NOT NULL, error TEXT,
+    pid INTEGER, host TEXT
+)"""
+
+
+def default_root() -> Path:
+    env = os.environ.get("PRUNESCOPE_HOME")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("prunescope"))
+
+
+def environment_record(device: torch.device | str | None = None) -> dict[str, Any]:
+    """What produced a run: versions, device, host, project commit."""
+    import transformers
+
+    from core.device import describe_device
+
+    rec: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "cpu_threads": torch.get_num_threads(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    if device is not None:
+        rec["device"] = describe_device(torch.device(device))
+    try:
+        here = Path(__file__).resolve().parent
+        rec["git_commit"] = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                cwd=here,
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
+            or None
+        )
+    except (OSError, subprocess.SubprocessError):
+        rec["git_commit"] = None
+    return rec
+
+
+def _pid_alive(pid: int | None, host: str | None) -> bool:
+    if not pid or host != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One row of the index."""
+
+    id: str
+    kind: str
+    status: str
+    created: float
+    finished: float | None
+    model: str | None
+    method: str | None
+    sparsity: float | None
+    pattern: str | None
+    dataset: str | None
+    summary: dict[str, Any]
+    config: dict[str, Any]
+    error: str | None
+    pid: int | None
+    host: str | None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> RunRecord:
+        d = dict(row)
+        d["summary"] = json.loads(d["summary"] or "{}")
+        d["config"] = json.loads(d["config"])
+        return cls(**d)
+
+
+class RunStore:
+    """Create, list, load and delete runs. Safe to use from several processes."""
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root).expanduser() if root is not None else default_root()
+        try:
+            for sub in ("runs", "tmp", "progress"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+            with self._db() as db:
+                db.execute(_SCHEMA)
+            probe = self.root / "tmp" / f".probe-{uuid.uuid4().hex}"
+            probe.write_text("ok")
+            probe.unlink()
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"results store at {self.root} is not writable: {exc}") from exc
+        self.reconcile()
+
+    # ---- index ------------------------------------------------------------------------
+    def _db(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.root / "index.sqlite", timeout=30, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        return db
+
+    def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        db = self._db()
+        try:
+            return db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"results store {self.root}: {exc}") from exc
+        finally:
+            db.close()
+
+    def reconcile(self) -> list[str]:
+        """Mark runs whose process died as 'interrupted'; drop orphaned temp folders."""
+        gone = [
+            r["id"]
+            for r in self._query("SELECT id, pid, host FROM runs WHERE status='running'")
+            if not _pid_alive(r["pid"], r["host"])
+        ]
+        for run_id in gone:
+            self._set_status(
+                run_id, "interrupted", error="the process running it ended unexpectedly"
+            )
+        live = {r["id"] for r in self._query("SELECT id FROM runs WHERE status='running'")}
+        for tmp in (self.root / "tmp").glob("*"):
+            if tmp.name.split(".")[0] not in live:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return gone
+
+    def _set_status(self, run_id: str, status: str, error: str | None = None, summary=None) -> None:
+        sets, args = ["status=?", "finished=?"], [status, time.time()]
+        if error is not None:
+            sets.append("error=?")
+            args.append(error)
+        if summary is not None:
+            sets.append("summary=?")
+            args.append(json.dumps(summary, default=str))
+        self._query(f"UPDATE runs SET {', '.join(sets)} WHERE id=?", (*args, run_id))
+
+    def get(self, run_id: str) -> RunRecord:
+        rows = self._query("SELECT * FROM runs WHERE id=?", (run_id,))
+        if not rows:
+            rows = self._query("SELECT * FROM runs WHERE id LIKE ?", (run_id + "%",))
+            if len(rows) != 1:
+                raise StoreError(f"no run {run_id!r} in {self.root}" if not rows else
+                                 f"run id prefix {run_id!r} is ambiguous")  # fmt: skip
+        return RunRecord.from_row(rows[0])
+
+    def list(self, kind: str | None = None, status: str | None = None) -> list[RunRecord]:
+        sql, args = "SELECT * FROM runs", []
+        conds = []
+        if kind:
+            conds.append("kind=?")
+            args.append(kind)
+        if status:
+            conds.append("status=?")
+            args.append(status)
+        if conds:
+            sql += " WHERE " + " AND ".join(conds)
+        return [
+            RunRecord.from_row(r) for r in self._query(sql + " ORDER BY created DESC", tuple(args))
+        ]
+
+    def delete(self, run_id: str) -> None:
+        rec = self.get(run_id)
+        if rec.status == "running" and _pid_alive(rec.pid, rec.host):
+            raise StoreError(f"run {rec.id} is still running; cancel it first")
+        # Move the folder aside first so a crash leaves either the whole run or nothing.
+        folder = self.run_dir(rec.id)
+        trash = self.root / "tmp" / f"{rec.id}.deleted-{uuid.uuid4().hex[:6]}"
+        if folder.exists():
+            folder.rename(trash)
+        self._query("DELETE FROM runs WHERE id=?", (rec.id,))
+        shutil.rmtree(trash, ignore_errors=True)
+        (self.root / "progress" / f"{rec.id}.jsonl").unlink(missing_ok=True)
+
+    # ---- run folders --------------------------------------------------------------------
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def progress_path(self, run_id: str) -> Path:
+        return self.root / "progress" / f"{run_id}.jsonl"
+
+    def begin(self, config: RunConfig, force: bool = False) -> RunWriter:
+        """Start writing a run. Raises StoreError if the same run is already running."""
+        run_id = config.run_id
+        existing = self._query("SELECT status, pid, host FROM runs WHERE id=?", (run_id,))
+        if (
+            existing
+            and existing[0]["status"] == "running"
+            and _pid_alive(existing[0]["pid"], existing[0]["host"])
+        ):
+            raise StoreError(f"run {run_id} (same configuration) is already running")
+        d = config.to_dict()
+        prune = d.get("prune") or {}
+        data = ((d.get("eval") or {}).get("data") or {}).get("dataset")
+        self._query(
+            "INSERT OR REPLACE INTO runs (id, kind, status, created, model, method, sparsity, pattern,"
+            " dataset, summary, config, pid, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (run_id, config.kind, "running", time.time(), config.model.name, prune.get("method"),
+             prune.get("sparsity"), prune.get("pattern"), data, "{}", config.canonical_json(),
+             os.getpid(), socket.gethostname()),
+        )  # fmt: skip
+        tmp = self.root / "tmp" / f"{run_id}.{uuid.uuid4().hex[:8]}"
+        tmp.mkdir(parents=True)
+        self.progress_path(run_id).write_text("")
+        return RunWriter(self, run_id, tmp, config)
+
+    def load(self, run_id: str) -> Run:
+        rec = self.get(run_id)
+        if rec.status != "done":
+            raise StoreError(f"run {rec.id} is {rec.status}, not done")
+        return Run(rec, self.run_dir(rec.id))
+
+
+class RunWriter:
+    """Collects one run's files in a temp folder; ``commit`` publishes them atomically."""
+
+    def __init__(self, store: RunStore, run_id: str, tmp: Path, config: RunConfig) -> None:
+        self.store, self.run_id, self.dir, self.config = store, run_id, tmp, config
+        self._write_json("config.json", config.to_dict())
+        self._done = False
+
+    def _write_json(self, name: str, obj: Any) -> None:
+        (self.dir / name).write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+    def write_env(self, env: dict[str, Any]) -> None:
+        self._write_json("env.json", env)
+
+    def write_table(self, name: str, rows: list[dict[str, Any]] | pd.DataFrame) -> None:
+        df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+        (self.dir / "tables").mkdir(exist_ok=True)
+        df.to_parquet(self.dir / "tables" / f"{name}.parquet", index=False)
+
+    def write_arrays(self, name: str, arrays: dict[str, torch.Tensor]) -> None:
+        from safetensors.torch import save_file
+
+        (self.dir / "arrays").mkdir(exist_ok=True)
+        save_file({k: v.detach().cpu().contiguous() for k, v in arrays.items()},
+                  str(self.dir / "arrays" / f"{name}.safetensors"))  # fmt: skip
+
+    def progress(self, stage: str, done: int, total: int, detail: str = "") -> None:
+        """A ProgressFn that appends JSON lines the app can poll."""
+        event = {"t": time.time(), "stage": stage, "done": done, "total": total, "detail": detail}
+        with self.store.progress_path(self.run_id).open("a") as fh:
+            fh.write(json.dumps(event) + "\n")
+
+    def commit(self, metrics: dict[str, Any]) -> Path:
+        self._write_json("metrics.json", metrics)
+        final = self.store.run_dir(self.run_id)
+        if final.exists():  # a forced re-run replaces the old folder
+            old = self.store.root / "tmp" / f"{self.run_id}.replaced-{uuid.uuid4().hex[:6]}"
+            final.rename(old)
+            shutil.rmtree(old, ignore_errors=True)
+        self.dir.rename(final)
+        self.store._set_status(self.run_id, "done", summary=metrics)
+        self._done = True
+        return final
+
+    def fail(self, error: str, status: str = "failed") -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.store._set_status(self.run_id, status, error=error)
+        self._done = True
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._done:
+            return
+        if exc_type is None:
+            self.fail("run ended without results")
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.fail("cancelled by the user", status="cancelled")
+        else:
+            self.fail(f"{exc_type.__name__}: {exc}")
+
+
+class Run:
+    """A finished run read back from disk."""
+
+    def __init__(self, record: RunRecord, folder: Path) -> None:
+        self.record, self.dir = record, folder
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    def _json(self, name: str) -> dict[str, Any]:
+        path = self.dir / name
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self._json("config.json")
+
+    @property
+    def env(self) -> dict[str, Any]:
+        return self._json("env.json")
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return self._json("metrics.json")
+
+    def tables(self) -> list[str]:
+        return sorted(p.stem for p in (self.dir / "tables").glob("*.parquet"))
+
+    def table(self, name: str) -> pd.DataFrame:
+        path = self.dir / "tables" / f"{name}.parquet"
+        if not path.is_file():
+            raise StoreError(f"run {self.id} has no table {name!r} (has: {self.tables()})")
+        return pd.read_parquet(path)
+
+    def arrays(self, name: str, keys: list[str] | None = None) -> dict[str, torch.Tensor]:
+        from safetensors import safe_open
+
+        path = self.dir / "arrays" / f"{name}.safetensors"
+        if not path.is_file():
+            return {}
+        with safe_open(str(path), framework="pt") as fh:
+            return {k: fh.get_tensor(k) for k in (keys or list(fh.keys()))}
+
+    def array_keys(self, name: str) -> list[str]:
+        from safetensors import safe_open
+
+        path = self.dir / "arrays" / f"{name}.safetensors"
+        if not path.is_file():
+            return []
+        with safe_open(str(path), framework="pt") as fh:
+            return list(fh.keys())
