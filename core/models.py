@@ -196,6 +196,12 @@ def _load_pretrained(name: str, dtype, trust_remote_code: bool, revision: str | 
             "folder, and the Hugging Face Hub could not provide it (offline?)"
         )  # fmt: skip
         raise ModelLoadError(f"model {name!r} not found{hint}: {str(exc).splitlines()[0]}") from exc
+    archs = getattr(config, "architectures", None) or []
+    if archs and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        raise ModelLoadError(
+            f"model {name!r} ({', '.join(archs)}) is not a causal language model; "
+            "PruneScope prunes decoder-only causal LMs"
+        )
     try:
         model = AutoModelForCausalLM.from_pretrained(
             name, config=config, revision=revision, dtype=dtype,

@@ -7,7 +7,6 @@ import copy
 import dataclasses
 import logging
 import time
-from functools import lru_cache
 from typing import Any
 
 import torch
@@ -47,17 +46,32 @@ def resolve_prune_config(prune: PruneConfig) -> PruneConfig:
 
 
 # ---- models: pristine copy cached once per process, copied per job ----------------------------
-@lru_cache(maxsize=1)
-def _pristine(name: str, dtype: str, trust_remote_code: bool, revision: str | None) -> LoadedModel:
+_PRISTINE: dict[tuple, LoadedModel] = {}  # at most one entry: a new model evicts the old one
+
+
+def _load(key: tuple) -> LoadedModel:
+    name, dtype, trust_remote_code, revision = key
     return load_model(
         name, "cpu", resolve_dtype(dtype, torch.device("cpu")), trust_remote_code, revision
     )
 
 
 def get_model(spec: ModelSpec, fresh: bool = True) -> LoadedModel:
-    """The model of a resolved spec on its device; ``fresh`` gives a private deep copy."""
-    base = _pristine(spec.name, spec.dtype, spec.trust_remote_code, spec.revision)
-    lm = copy.deepcopy(base) if fresh else base
+    """The model of a resolved spec on its device.
+
+    fresh=False returns the pristine copy cached once per process (never mutate it);
+    fresh=True returns a private model: a deep copy of the cached one when a long-lived
+    process (the app) holds it, else a direct load, so a one-shot CLI process keeps a single
+    copy of the weights in memory.
+    """
+    key = (spec.name, spec.dtype, spec.trust_remote_code, spec.revision)
+    if not fresh:
+        if key not in _PRISTINE:
+            _PRISTINE.clear()
+            _PRISTINE[key] = _load(key)
+        lm = _PRISTINE[key]
+    else:
+        lm = copy.deepcopy(_PRISTINE[key]) if key in _PRISTINE else _load(key)
     lm.model.to(spec.device)
     return lm
 
@@ -92,7 +106,7 @@ def get_calib_windows(lm: LoadedModel, cfg: CalibConfig) -> tuple[torch.Tensor, 
 # ---- eval ---------------------------------------------------------------------------------------
 def run_eval(
     model: ModelSpec, eval_cfg: EvalConfig, store: RunStore, on_progress: ProgressFn | None = None,
-    force: bool = False,
+    force: bool = False, lm: LoadedModel | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Dense perplexity of a model; reuses a finished run with the same config unless forced."""
     cfg = RunConfig("eval", resolve_model_spec(model), eval_cfg)
@@ -102,7 +116,7 @@ def run_eval(
     with store.begin(cfg, force) as writer:
         progress = _tee(writer.progress, on_progress)
         report(progress, "load", 0, 1, f"loading {cfg.model.name}")
-        lm = get_model(cfg.model, fresh=False)
+        lm = lm or get_model(cfg.model, fresh=False)
         check_seqlen(lm, eval_cfg.seqlen)
         windows, data_info = get_eval_windows(lm, eval_cfg)
         writer.write_env(environment_record(cfg.model.device))
@@ -168,7 +182,7 @@ def allocate_sparsity(
             return []
 
         run_layerwise(lm.adapter, calib_ids, measure, roles, None, prune.pattern, device,
-                      on_progress=progress, stage="owl", **runner_kw)  # fmt: skip
+                      needs_gram=False, on_progress=progress, stage="owl", **runner_kw)  # fmt: skip
         params = [sum(lin.weight.numel() for lin in lm.adapter.linears(layer, roles).values())
                   for layer in lm.adapter.layers]  # fmt: skip
         per_layer = owl_allocation(ratios, prune.sparsity, prune.owl_lambda, params)
@@ -230,12 +244,13 @@ def run_prune(
     if cached is not None:
         return cached
     device = torch.device(cfg.model.device)
-    dense = run_eval(cfg.model, eval_cfg, store, on_progress)  # cached after the first time
     with store.begin(cfg, force) as writer:
         progress = _tee(writer.progress, on_progress)
         report(progress, "load", 0, 1, f"loading {cfg.model.name}")
         lm = get_model(cfg.model, fresh=True)
         check_seqlen(lm, eval_cfg.seqlen)
+        # The dense baseline on the same working copy before it is pruned (stored once).
+        dense = run_eval(cfg.model, eval_cfg, store, progress, lm=lm)
         check_seqlen(lm, calib.seqlen, "calibration seqlen")
         writer.write_env(environment_record(device))
         windows, data_info = get_eval_windows(lm, eval_cfg)
@@ -278,10 +293,32 @@ def run_prune(
             **weight_sparsity(lm, roles), **eff["summary"],
             "data": data_info, "calib": calib_info, "model": lm.adapter.describe(),
         }  # fmt: skip
+        metrics.update(memory_report(lm, calib_ids))
         if save_dir:
             metrics["saved_to"] = save_model(lm, save_dir)
         writer.commit(metrics)
     return {"run_id": cfg.run_id, "config": cfg.to_dict(), "metrics": metrics, "cached": False}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size so far (Linux reports KiB)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def memory_report(lm: LoadedModel, calib_ids: torch.Tensor) -> dict[str, float]:
+    """Peak RSS beside the budget it should stay within: weight bytes (pristine cached copy
+    + working copy) + calibration activations (inputs and outputs of one layer)."""
+    weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    act = calib_ids.numel() * lm.adapter.hidden_size * 4 * 2
+    return {
+        "peak_rss_mb": peak_rss_mb(),
+        "weight_mb": weights / 2**20,
+        "calib_buffers_mb": act / 2**20,
+    }
 
 
 def residual_effdim(

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from core.adapter import SHARED_INPUT, ModelAdapter
-from core.methods.base import LayerContext, LinearReport, LinearStats, Method
+from core.methods.base import SAMPLE_ROWS, LayerContext, LinearReport, LinearStats, Method
 from core.progress import ProgressFn, report
 
 log = logging.getLogger(__name__)
@@ -136,10 +136,11 @@ def propagate(
 
 
 class _StatsCollector:
-    """Forward hooks that accumulate Gram matrices (and optionally raw inputs) per role.
+    """Forward hooks that accumulate input statistics (and optionally raw inputs) per role.
 
-    Roles reading the same tensor (q/k/v, gate/up) share one Gram: SHARED_INPUT maps them.
-    gram: (in, in) float32 on the compute device.
+    Roles reading the same tensor (q/k/v, gate/up) share one LinearStats: SHARED_INPUT maps
+    them. Full mode: gram (in, in) float32 on the compute device. Light mode: column squared
+    norms (in,) plus every ``stride``-th token row (about SAMPLE_ROWS of them).
     """
 
     def __init__(
@@ -148,37 +149,41 @@ class _StatsCollector:
         want_gram: bool,
         want_inputs: frozenset[str],
         input_store: torch.device,
+        n_tokens: int,
     ) -> None:
         self.stats: dict[str, LinearStats] = {}
         self.raw: dict[str, list[torch.Tensor]] = {r: [] for r in want_inputs if r in linears}
         self.handles = []
+        self.stride = max(1, n_tokens // SAMPLE_ROWS)
         owners: dict[str, str] = {}
         for role in linears:
             owner = SHARED_INPUT.get(role, role)
-            owner = owner if owner in linears else role
-            owners[role] = owner
+            owners[role] = owner if owner in linears else role
         for role, lin in linears.items():
             if owners[role] != role:
                 continue  # the owner's hook accumulates for it
+            dev, n_in = lin.weight.device, lin.in_features
+            stat = (LinearStats(gram=torch.zeros(n_in, n_in, device=dev)) if want_gram else
+                    LinearStats(sq_norms=torch.zeros(n_in, device=dev), sample=torch.zeros(0, n_in, device=dev)))  # fmt: skip
             hook_roles = [r for r, o in owners.items() if o == role]
-            if want_gram:
-                stat = LinearStats(
-                    torch.zeros(lin.in_features, lin.in_features, device=lin.weight.device)
-                )
-                for r in hook_roles:
-                    self.stats[r] = stat
+            for r in hook_roles:
+                self.stats[r] = stat
             self.handles.append(
-                lin.register_forward_hook(self._make_hook(role, hook_roles, want_gram, input_store))
+                lin.register_forward_hook(self._make_hook(stat, hook_roles, input_store))
             )
 
-    def _make_hook(self, role: str, hook_roles: list[str], want_gram: bool, store: torch.device):
+    def _make_hook(self, stat: LinearStats, hook_roles: list[str], store: torch.device):
         def hook(_m: nn.Module, args: tuple, _out: torch.Tensor) -> None:
             x = args[0]  # (B, L, in)
-            if want_gram:
-                flat = x.reshape(-1, x.shape[-1]).float()
-                stat = self.stats[role]
+            flat = x.reshape(-1, x.shape[-1]).float()
+            if stat.gram is not None:
                 stat.gram.addmm_(flat.T, flat)
-                stat.n_tokens += flat.shape[0]
+            else:
+                stat.sq_norms += flat.square().sum(0)
+                # rows at global token positions that are multiples of the stride
+                offset = (-stat.n_tokens) % self.stride
+                stat.sample = torch.cat([stat.sample, flat[offset :: self.stride]])
+            stat.n_tokens += flat.shape[0]
             for r in hook_roles:
                 if r in self.raw:
                     self.raw[r].append(x.detach().float().to(store))
@@ -235,7 +240,7 @@ def run_layerwise(
         home = model_device(layer)
         layer.to(device)
         linears = adapter.linears(layer, tuple(roles))
-        collector = _StatsCollector(linears, needs_gram, needs_inputs, store)
+        collector = _StatsCollector(linears, needs_gram, needs_inputs, store, inputs.n_tokens)
         try:
             propagate(layer, inputs, device)  # dense outputs are not needed: stats only
         finally:

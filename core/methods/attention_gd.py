@@ -900,7 +900,7 @@ def _write_masked(
     W = weight.detach().to(torch.float32, copy=True)  # reference for the error
     weight.masked_fill_(~keep.to(weight.device), 0.0)
     stats = ctx.stats.get(role)
-    rel = math.nan if stats is None else relative_reconstruction_error(W, weight, stats.gram)
+    rel = math.nan if stats is None else relative_reconstruction_error(W, weight, stats.error_gram)
     return LinearReport(
         layer=ctx.index,
         role=role,

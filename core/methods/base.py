@@ -19,17 +19,33 @@ from torch import nn
 class LinearStats:
     """Input statistics of one ``nn.Linear`` on the calibration tokens.
 
-    gram: (in, in) float32, sum over calibration tokens of x xᵀ (SparseGPT's H = 2·gram/n).
-    n_tokens: number of token rows accumulated.
-    The per-column squared norms Wanda needs are ``gram.diagonal()``.
+    Full mode (``Method.needs_gram``): gram (in, in) float32 = Σ_tokens x xᵀ, from which
+    SparseGPT builds H = 2·gram/n and errors are exact.
+    Light mode (Wanda, magnitude: they only need column norms): sq_norms (in,) = Σ x_j² and
+    sample (k, in), an evenly strided subsample of at most ``SAMPLE_ROWS`` token rows on which
+    reconstruction errors are measured. Light mode skips the O(tokens·in²) Gram products.
     """
 
-    gram: torch.Tensor
+    gram: torch.Tensor | None = None
     n_tokens: int = 0
+    sq_norms: torch.Tensor | None = None
+    sample: torch.Tensor | None = None
 
     @property
-    def col_sq_norms(self) -> torch.Tensor:  # (in,)
-        return self.gram.diagonal()
+    def col_sq_norms(self) -> torch.Tensor:  # (in,) = ‖X_j‖²
+        return self.gram.diagonal() if self.gram is not None else self.sq_norms
+
+    @property
+    def error_gram(self) -> torch.Tensor:
+        """(in, in) Gram the reconstruction error is measured with (exact or on the sample)."""
+        return self.gram if self.gram is not None else self.sample.T @ self.sample
+
+    @property
+    def error_tokens(self) -> int:
+        return self.n_tokens if self.gram is not None else int(self.sample.shape[0])
+
+
+SAMPLE_ROWS = 4096
 
 
 @dataclass
@@ -83,7 +99,9 @@ class Method:
     """Base class of a registered pruning method.
 
     Subclasses set ``name``, ``options_cls`` (a frozen dataclass of their own options) and
-    implement ``prune_layer``. ``needs_gram`` / ``needs_inputs`` tell the runner what to collect.
+    implement ``prune_layer``. ``needs_gram`` (full Gram matrices, else column norms plus a
+    token sample) and ``needs_inputs`` (roles whose raw inputs are kept) tell the runner what
+    to collect.
     """
 
     name: ClassVar[str] = ""

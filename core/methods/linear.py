@@ -104,7 +104,8 @@ class LinearwiseMethod(Method):
         elif sparsity == 0.0:
             rel_error = 0.0
         else:
-            rel_error = relative_reconstruction_error(W, weight.detach(), stats.gram)
+            rel_error = relative_reconstruction_error(W, weight.detach(), stats.error_gram)
+            extra["error_tokens"] = stats.error_tokens
         log.debug("layer %d %s: sparsity %.4f, rel_error %.4g", layer, role, sparsity, rel_error)
         return LinearReport(
             layer=layer,

@@ -51,6 +51,7 @@ class Magnitude(LinearwiseMethod):
 
     name = "magnitude"
     options_cls = MagnitudeOptions
+    needs_gram = False  # column norms + a token sample suffice (no O(in²) Gram products)
     options: MagnitudeOptions
 
     def prune_weight(

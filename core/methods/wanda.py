@@ -63,6 +63,7 @@ class Wanda(LinearwiseMethod):
 
     name = "wanda"
     options_cls = WandaOptions
+    needs_gram = False  # column norms + a token sample suffice (no O(in²) Gram products)
     options: WandaOptions
 
     def prune_weight(

@@ -1,0 +1,120 @@
+"""Helpers shared by the pages: the store, run tables, pickers and messages.
+
+Not a page itself (app.py lists the pages with st.navigation). Session state keeps only
+small things: ``job_id`` (the Prune page's job) and ``selected_run``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from core.errors import PruneScopeError
+from core.store import RunRecord, RunStore, default_root
+
+SUMMARY_COLUMNS = ("ppl", "dense_ppl", "achieved_sparsity", "prune_seconds")
+
+
+@st.cache_resource(show_spinner=False)
+def _open_store(root: str) -> RunStore:
+    return RunStore(root)  # creates the folders and reconciles interrupted runs
+
+
+def get_store() -> RunStore:
+    """The results store at $PRUNESCOPE_HOME (read at call time, so tests can point it)."""
+    return _open_store(str(default_root()))
+
+
+@st.cache_resource(show_spinner=False)
+def device_info() -> dict[str, Any]:
+    from core.device import describe_device, resolve_device
+
+    return describe_device(resolve_device("auto"))
+
+
+def runs_frame(records: list[RunRecord]) -> pd.DataFrame:
+    """One row per run: index columns plus headline metrics from its summary."""
+    rows = []
+    for r in records:
+        row = {
+            "created": dt.datetime.fromtimestamp(r.created),
+            "kind": r.kind,
+            "status": r.status,
+            "model": r.model,
+            "method": r.method or ("dense" if r.kind == "eval" else None),
+            "sparsity": r.sparsity,
+            "pattern": r.pattern,
+            "dataset": r.dataset,
+        }
+        row.update({k: r.summary.get(k) for k in SUMMARY_COLUMNS})
+        row.update(id=r.id, error=r.error)
+        rows.append(row)
+    columns = [
+        "created",
+        "kind",
+        "status",
+        "model",
+        "method",
+        "sparsity",
+        "pattern",
+        "dataset",
+        *SUMMARY_COLUMNS,
+        "id",
+        "error",
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def run_label(r: RunRecord) -> str:
+    """Short human label of a run for pickers."""
+    parts = [r.model or "?", r.method or r.kind]
+    if r.sparsity is not None:
+        parts.append(f"s={r.sparsity:g}")
+    if r.pattern and r.pattern != "unstructured":
+        parts.append(r.pattern)
+    ppl = r.summary.get("ppl")
+    if isinstance(ppl, int | float):
+        parts.append(f"ppl {ppl:.2f}")
+    return f"{' · '.join(parts)}  [{r.id[:8]}]"
+
+
+def pick_run(label: str, records: list[RunRecord], key: str) -> RunRecord | None:
+    """A selectbox of runs that starts at (and remembers) ``st.session_state.selected_run``."""
+    if not records:
+        return None
+    ids = [r.id for r in records]
+    if st.session_state.get(key) not in ids:
+        wanted = st.session_state.get("selected_run")
+        st.session_state[key] = wanted if wanted in ids else ids[0]
+    by_id = {r.id: r for r in records}
+    chosen = st.selectbox(label, ids, key=key, format_func=lambda i: run_label(by_id[i]))
+    st.session_state["selected_run"] = chosen
+    return by_id[chosen]
+
+
+def cli_hint(what: str, command: str) -> None:
+    """Say which CLI command produces missing data."""
+    st.info(f"{what} Produce it with:\n\n```\n{command}\n```")
+
+
+def show_error(exc: BaseException) -> None:
+    """One clear message; user errors without a traceback."""
+    if isinstance(exc, PruneScopeError):
+        st.error(str(exc))
+    else:
+        st.error(f"{type(exc).__name__}: {exc}")
+
+
+def fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "–"
+    s = int(round(s))
+    return f"{s // 60}:{s % 60:02d}" if s >= 60 else f"{s} s"
+
+
+def page_header(title: str, caption: str) -> None:
+    st.title(title)
+    st.caption(caption)

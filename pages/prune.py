@@ -1,0 +1,289 @@
+"""Prune: configure a run, launch it as a background job, follow it live, read the results."""
+
+from __future__ import annotations
+
+import hashlib
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from core import figures, jobs
+from core.data import default_data_dir
+from core.errors import ConfigError, PruneScopeError, StoreError
+from core.methods import available_methods
+from core.models import available_models
+from pages.common import cli_hint, device_info, fmt_seconds, get_store, pick_run, show_error
+
+OTHER_MODEL = "other (local folder or Hugging Face id)"
+UPLOAD = "upload a text file"
+PATTERNS = ["unstructured", "2:4", "4:8"]
+TARGETS = ["all", "attention", "mlp", "qk"]
+STAGES = {
+    "load": "loading the model",
+    "owl": "measuring outlier ratios (OWL)",
+    "prune": "pruning layer by layer",
+    "eval": "evaluating perplexity",
+    "effdim": "measuring the effective dimension",
+}
+
+store = get_store()
+st.title("Prune a model")
+st.caption(
+    "A run prunes a copy of the model, evaluates dense and pruned perplexity on the same "
+    "windows, and stores per-layer sparsity and reconstruction error. It runs in the "
+    "background: you can leave this page and come back."
+)
+
+
+# ---- form ----------------------------------------------------------------------------------------
+def corpus_choices() -> tuple[list[str], int, int]:
+    """Corpora offered, and the default calibration / evaluation picks."""
+    if default_data_dir():
+        return ["wikitext2", "c4", "pydoc", UPLOAD], 1, 0
+    return ["pydoc", "wikitext2", "c4", UPLOAD], 0, 0
+
+
+def device_choices() -> list[str]:
+    kind = device_info().get("type")
+    return ["auto", "cpu", *([kind] if kind in ("cuda", "mps") else [])]
+
+
+def save_upload(upload) -> str:
+    """Keep an uploaded corpus in the store; return its ``file:`` dataset name."""
+    limit_mb = st.get_option("server.maxUploadSize")
+    if upload.size > limit_mb * 2**20:
+        raise ConfigError(
+            f"{upload.name} is {upload.size / 2**20:.1f} MB; the upload limit is {limit_mb} MB "
+            "(server.maxUploadSize in .streamlit/config.toml)"
+        )
+    data = upload.getvalue()
+    suffix = ".jsonl" if upload.name.endswith(".jsonl") else ".txt"
+    path = store.root / "uploads" / f"{hashlib.sha256(data).hexdigest()[:16]}{suffix}"
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(data)
+    return f"file:{path}"
+
+
+def corpus_name(choice: str, upload) -> str:
+    if choice != UPLOAD:
+        return choice
+    if upload is None:
+        raise ConfigError("choose a .txt or .jsonl file to upload, or pick another corpus")
+    return save_upload(upload)
+
+
+def parse_option_lines(text: str) -> list[str]:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    bad = [ln for ln in lines if "=" not in ln]
+    if bad:
+        raise ConfigError(f"method options are KEY=VALUE lines; got {bad[0]!r}")
+    return lines
+
+
+def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
+    """Draw the form; on submit return (CLI parameters, save-model flag)."""
+    corpora, calib_default, eval_default = corpus_choices()
+    methods = available_methods()
+    with st.form("prune_form"):
+        c1, c2, c3 = st.columns(3)
+        model = c1.selectbox("Model", [*available_models(), OTHER_MODEL], key="model")
+        custom = c1.text_input(
+            "Model folder or Hugging Face id",
+            key="custom_model",
+            help=f"used when Model is '{OTHER_MODEL}'",
+        )
+        method = c2.selectbox(
+            "Method",
+            methods,
+            index=methods.index("wanda") if "wanda" in methods else 0,
+            key="method",
+        )
+        sparsity = c2.number_input(
+            "Sparsity",
+            0.0,
+            0.99,
+            0.5,
+            0.05,
+            key="sparsity",
+            help="fraction of the targeted weights to remove, in [0, 1)",
+        )
+        pattern = c2.selectbox("Pattern", PATTERNS, key="pattern")
+        targets = c3.selectbox(
+            "Targets",
+            TARGETS,
+            key="targets",
+            help="which linears to prune; attention-gd needs q and k",
+        )
+        allocation = c3.radio("Allocation", ["uniform", "owl"], horizontal=True, key="allocation")
+        device = c3.selectbox("Device", device_choices(), key="device")
+        with st.expander("Calibration and evaluation data"):
+            d1, d2 = st.columns(2)
+            calib = d1.selectbox("Calibration corpus", corpora, index=calib_default, key="calib")
+            nsamples = d1.number_input("Calibration sequences", 1, 1024, 16, key="nsamples")
+            calib_seqlen = d1.number_input("Tokens per sequence", 8, 8192, 256, key="calib_seqlen")
+            evald = d2.selectbox("Evaluation corpus", corpora, index=eval_default, key="eval")
+            windows = d2.number_input("Evaluation windows", 1, 4096, 16, key="windows")
+            seqlen = d2.number_input("Window length (tokens)", 8, 8192, 256, key="seqlen")
+            upload = st.file_uploader(
+                "Text corpus (.txt or .jsonl with a 'text' field)",
+                type=["txt", "jsonl"],
+                key="upload",
+            )
+            st.caption(
+                f"Local data folder: `{default_data_dir() or 'none found (pydoc works offline)'}`"
+            )
+        with st.expander("Method options and output"):
+            options = st.text_area(
+                "Method options (KEY=VALUE per line)",
+                key="options",
+                placeholder="percdamp=0.01\nlam=0.001\nsteps=30",
+            )
+            save = st.toggle("Save the pruned model (downloadable as a zip)", key="save_model")
+            force = st.checkbox("Recompute even if the same run is stored", key="force")
+        submitted = st.form_submit_button("Run", type="primary", disabled=running)
+    if not submitted:
+        return None
+    params = {
+        "model": custom.strip() if model == OTHER_MODEL else model,
+        "method": method,
+        "sparsity": float(sparsity),
+        "pattern": pattern,
+        "targets": targets,
+        "allocation": allocation,
+        "device": device,
+        "calib": corpus_name(calib, upload),
+        "nsamples": int(nsamples),
+        "calib_seqlen": int(calib_seqlen),
+        "eval": corpus_name(evald, upload),
+        "seqlen": int(seqlen),
+        "max_windows": int(windows),
+        "option": parse_option_lines(options),
+        "force": force,
+    }
+    return params, save
+
+
+# ---- live progress -----------------------------------------------------------------------------
+def stage_text(status: jobs.JobStatus) -> str:
+    if status.phase is None:
+        return "starting: loading Python libraries and the model"
+    text = STAGES.get(status.stage or "", status.stage or "working")
+    if status.phase == "eval":
+        text = f"dense baseline: {text}"
+    if status.total > 1:
+        text += f" ({status.done}/{status.total})"
+    return text + (f" · {status.detail}" if status.detail and "layer" not in status.detail else "")
+
+
+@st.fragment(run_every=1.0)
+def live_progress(job_id: str) -> None:
+    """Polls the job once a second; reruns the whole page when it ends."""
+    status = jobs.job_status(store, job_id)
+    if status.finished:
+        st.rerun(scope="app")
+    frac = status.done / status.total if status.total else 0.0
+    with st.container(border=True):
+        st.markdown(f"**Job `{job_id[:12]}` is {status.state}**")
+        st.progress(min(max(frac, 0.0), 1.0), text=stage_text(status))
+        c1, c2, c3 = st.columns([1, 1, 2])
+        c1.metric("elapsed", fmt_seconds(status.elapsed))
+        c2.metric("ETA (this stage)", fmt_seconds(status.eta))
+        if c3.button("Cancel", key="cancel_job", disabled=status.state == "cancelling"):
+            jobs.cancel(store, job_id)
+            st.rerun(scope="app")
+
+
+def outcome(status: jobs.JobStatus) -> None:
+    """One message for a finished job."""
+    if status.state == "done":
+        st.success(f"Run `{status.run_id}` finished in {fmt_seconds(status.elapsed)}.")
+        if st.session_state.get("shown_job") != status.job_id:  # show it once, then free
+            st.session_state["shown_job"] = status.job_id
+            st.session_state["selected_run"] = st.session_state["result_run"] = status.run_id
+    elif status.state == "cancelled":
+        st.warning("The run was cancelled; nothing was stored for it.")
+    else:
+        st.error(f"The run {status.state}: {status.error or 'no message'}")
+
+
+# ---- results -------------------------------------------------------------------------------------
+def show_result(run_id: str) -> None:
+    try:
+        run = store.load(run_id)
+    except StoreError as exc:
+        show_error(exc)
+        return
+    m = run.metrics
+    c = st.columns(5)
+    c[0].metric("dense perplexity", f"{m.get('dense_ppl', float('nan')):.3f}")
+    delta = m.get("ppl", 0) - m.get("dense_ppl", 0)
+    c[1].metric(
+        "pruned perplexity",
+        f"{m.get('ppl', float('nan')):.3f}",
+        f"{delta:+.3f}",
+        delta_color="inverse",
+    )
+    c[2].metric(
+        "achieved sparsity",
+        f"{m.get('achieved_sparsity', 0):.1%}",
+        help=f"{m.get('decoder_sparsity', 0):.1%} of all decoder linears",
+    )
+    c[3].metric("pruning time", fmt_seconds(m.get("prune_seconds")))
+    c[4].metric("device", (run.env.get("device") or {}).get("name", run.config["model"]["device"]))
+    data = m.get("data") or {}
+    if data and not data.get("comparable", True):
+        st.caption(f"⚠️ Evaluated on {data.get('dataset')}: not comparable with published figures.")
+    if "layers" not in run.tables():
+        cli_hint("This run has no per-layer table.", "python -m core prune ... --store <store>")
+        return
+    layers = run.table("layers")
+    left, right = st.columns(2)
+    left.plotly_chart(figures.layer_sparsity_bars(layers), key="sparsity_bars")
+    log_y = right.toggle("log scale", key="err_log")
+    right.plotly_chart(figures.layer_error_bars(layers, log_y=log_y), key="error_bars")
+    d1, d2 = st.columns(2)
+    d1.download_button(
+        "Download the layer table (CSV)",
+        layers.to_csv(index=False),
+        file_name=f"layers-{run.id}.csv",
+        mime="text/csv",
+    )
+    saved = m.get("saved_to")
+    if saved and Path(saved).is_dir():
+        d2.download_button(
+            "Download the pruned model (zip)",
+            partial(jobs.zip_folder, Path(saved), f"pruned-{run.id}", False),
+            file_name=f"pruned-{run.id}.zip",
+            mime="application/zip",
+        )
+        d2.caption(f"Saved at `{saved}` (reload with transformers' from_pretrained).")
+    st.page_link("pages/attention.py", label="Look at its attention masks", icon="🔍")
+
+
+# ---- page ------------------------------------------------------------------------------------------
+job_id = st.session_state.get("job_id")
+status = jobs.job_status(store, job_id) if job_id else None
+try:
+    request = prune_form(running=status is not None and not status.finished)
+    if request is not None:
+        params, save = request
+        st.session_state["job_id"] = job_id = jobs.start_job(store, "prune", params, save)
+        status = jobs.job_status(store, job_id)
+except PruneScopeError as exc:
+    show_error(exc)
+
+if status is not None:
+    if status.finished:
+        outcome(status)
+    else:
+        live_progress(job_id)
+
+finished = store.list(kind="prune", status="done")
+st.subheader("Results")
+if not finished:
+    st.info("No finished pruning run yet: configure one above and press Run.")
+else:
+    chosen = pick_run("Run", finished, key="result_run")
+    show_result(chosen.id)

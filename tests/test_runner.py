@@ -1,0 +1,124 @@
+"""The shared layer-wise runner: statistics, sequential propagation, adapter errors."""
+
+import pytest
+import torch
+from torch import nn
+
+from core.adapter import ROLES, ModelAdapter, resolve_roles
+from core.errors import ConfigError, ModelLoadError
+from core.models import build_tiny_model
+from core.runner import capture_layer_inputs, forward_layer, run_layerwise
+
+
+def _ids(n=4, L=16, seed=0):
+    return torch.randint(0, 256, (n, L), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama-mha"])
+def test_noop_pass_reproduces_the_model(name):
+    """With nothing pruned, propagating captured inputs layer by layer equals the model's
+    own hidden states (checks kwargs capture, RoPE, GQA and tensor-or-tuple outputs)."""
+    model = build_tiny_model(name).eval()
+    adapter = ModelAdapter.from_model(model)
+    ids = _ids()
+    with torch.no_grad():
+        ref = model(input_ids=ids, output_hidden_states=True).hidden_states
+    inputs = capture_layer_inputs(adapter, ids, torch.device("cpu"), batch_size=3)
+    assert [h.shape[0] for h in inputs.hidden] == [3, 1]
+    for i, layer in enumerate(adapter.layers):
+        assert torch.allclose(torch.cat(inputs.hidden), ref[i], atol=1e-5)
+        with torch.no_grad():
+            inputs.hidden = [
+                forward_layer(layer, h, kw) for h, kw in zip(inputs.hidden, inputs.kwargs)
+            ]
+
+
+def test_gram_statistics_match_direct_computation():
+    model = build_tiny_model("tiny-llama").eval()
+    adapter = ModelAdapter.from_model(model)
+    ids = _ids()
+    seen = {}
+
+    def grab(ctx):
+        if ctx.index == 0:
+            seen.update(stats=ctx.stats, inputs=ctx.inputs)
+        return []
+
+    run_layerwise(adapter, ids, grab, ROLES, needs_inputs=frozenset({"q"}), batch_size=2)
+    layer0 = adapter.layers[0]
+    with torch.no_grad():
+        x = layer0.input_layernorm(model.model.embed_tokens(ids)).reshape(-1, adapter.hidden_size)
+    assert seen["stats"]["q"] is seen["stats"]["k"] is seen["stats"]["v"]  # shared input
+    assert seen["stats"]["q"].n_tokens == ids.numel()
+    assert torch.allclose(seen["stats"]["q"].gram, x.T @ x, rtol=1e-4, atol=1e-4)
+    assert seen["inputs"]["q"].shape == (4, 16, adapter.hidden_size)
+    assert seen["stats"]["down"].gram.shape == (adapter.intermediate_size,) * 2
+
+
+def test_sequential_inputs_come_from_pruned_layers():
+    """Layer 1 must see layer 0's pruned output (Wanda/SparseGPT sequential scheme)."""
+    model = build_tiny_model("tiny-llama").eval()
+    adapter = ModelAdapter.from_model(model)
+    grams = []
+
+    def zero_layer0(ctx):
+        grams.append(ctx.stats["q"].gram.clone())
+        if ctx.index == 0:
+            for lin in ctx.linears.values():
+                lin.weight.data.zero_()
+        return []
+
+    run_layerwise(adapter, _ids(), zero_layer0, ROLES)
+    # layer 0 zeroed -> identity residual: layer 1 input equals layer 0 input
+    assert torch.allclose(grams[0], grams[1], rtol=1e-5, atol=1e-5)
+
+
+def test_resolve_roles():
+    assert resolve_roles("qk") == ("q", "k")
+    assert resolve_roles("down,q") == ("q", "down")
+    with pytest.raises(ConfigError):
+        resolve_roles("q,bogus")
+
+
+def test_model_without_decoder_layers():
+    class NotALM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = nn.Module()
+            self.model.layers = nn.ModuleList()
+
+    with pytest.raises(ModelLoadError, match="no decoder layers"):
+        ModelAdapter.from_model(NotALM())
+
+
+def test_model_without_separate_qk():
+    model = build_tiny_model("tiny-llama")
+    for layer in model.model.layers:
+        del layer.self_attn.q_proj
+    with pytest.raises(ModelLoadError, match="separate linears"):
+        ModelAdapter.from_model(model)
+
+
+def test_light_statistics_norms_and_sample(monkeypatch):
+    """Light mode (Wanda/magnitude): exact column norms, an evenly strided token sample."""
+    import core.runner
+
+    monkeypatch.setattr(core.runner, "SAMPLE_ROWS", 16)
+    model = build_tiny_model("tiny-llama").eval()
+    adapter = ModelAdapter.from_model(model)
+    ids = _ids(4, 16)  # 64 tokens -> stride 4 -> 16 sampled rows
+    seen = {}
+
+    def grab(ctx):
+        if ctx.index == 0:
+            seen.update(stats=ctx.stats)
+        return []
+
+    run_layerwise(adapter, ids, grab, ROLES, needs_gram=False, batch_size=3)
+    with torch.no_grad():
+        x = model.model.layers[0].input_layernorm(model.model.embed_tokens(ids)).reshape(-1, 64)
+    q = seen["stats"]["q"]
+    assert q.gram is None and q.n_tokens == 64
+    assert torch.allclose(q.col_sq_norms, x.square().sum(0), rtol=1e-5)
+    assert torch.allclose(q.sample, x[::4], atol=1e-6)
+    assert q.error_tokens == 16
