@@ -9,24 +9,28 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pages.common import device_info, get_store
+from pages.common import FRAME_KEY, device_info, get_store
 
-st.set_page_config(page_title="PruneScope", page_icon="✂️", layout="wide")
+st.set_page_config(page_title="PruneScope", page_icon=":material/content_cut:", layout="wide")
 
 PAGES = [
-    st.Page("pages/home.py", title="Home", icon="🏠", default=True),
-    st.Page("pages/prune.py", title="Prune", icon="✂️"),
-    st.Page("pages/repdim.py", title="Representation dimension", icon="📐"),
-    st.Page("pages/attention.py", title="Attention masks", icon="🔍"),
-    st.Page("pages/assumptions.py", title="Assumption checks", icon="📉"),
-    st.Page("pages/runs.py", title="Runs", icon="🗂️"),
+    st.Page("pages/home.py", title="Home", icon=":material/home:", default=True),
+    st.Page("pages/prune.py", title="Prune", icon=":material/content_cut:"),
+    st.Page("pages/repdim.py", title="Representation dimension", icon=":material/straighten:"),
+    st.Page("pages/attention.py", title="Attention masks", icon=":material/grid_on:"),
+    st.Page("pages/assumptions.py", title="Assumption checks", icon=":material/trending_down:"),
+    st.Page("pages/runs.py", title="Runs", icon=":material/table_view:"),
 ]
 
 if "reconciled" not in st.session_state:  # once per browser session
     get_store().reconcile()
     st.session_state["reconciled"] = True
 
+st.session_state[FRAME_KEY] = True
 page = st.navigation(PAGES)
+pending = st.session_state.pop("pending_page", None)
+if pending:  # a deep link that arrived before st.navigation took over (see require_frame)
+    st.switch_page(pending)
 with st.sidebar:
     dev = device_info()
     where = dev.get("name", "CPU")

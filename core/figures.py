@@ -10,6 +10,7 @@ No Streamlit and no torch here, so the app, the CLI and notebooks draw the same 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -30,6 +31,8 @@ _PALETTE = ["#FF6692", "#B6E880", "#FF97FF", "#FECB52", "#636efa", "#EF553B"]
 MASK_SCALE = [[0.0, "#f7f7f7"], [1.0, "#08306b"]]  # pruned (0) -> kept (1)
 DIFF_SCALE = "RdBu_r"
 ATTN_SCALE = "Viridis"
+# Log axes with full tick labels (plotly's default labels minor ticks by their digit only).
+LOG_AXIS = dict(type="log", tickformat=".3~g")
 
 
 def color_of(name: str, i: int = 0) -> str:
@@ -38,15 +41,35 @@ def color_of(name: str, i: int = 0) -> str:
     return METHOD_COLORS.get(base, _PALETTE[i % len(_PALETTE)])
 
 
+def series_colors(names: Sequence[str]) -> dict[str, str]:
+    """Method colours when each method appears once, else one palette colour per series."""
+    bases = [str(n).split(" ")[0] for n in names]
+    if len(set(bases)) == len(bases):
+        return {n: color_of(n, i) for i, n in enumerate(names)}
+    wide = [*METHOD_COLORS.values(), *_PALETTE]
+    return {n: wide[i % len(wide)] for i, n in enumerate(names)}
+
+
 def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
     fig.update_layout(
         title=title,
         height=height,
         margin=dict(l=60, r=20, t=60, b=50),
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
         template="plotly_white",
     )
     return fig
+
+
+def _level(y: float, x0: float, x1: float, name: str, color: str) -> go.Scatter:
+    """A dashed horizontal reference line as a trace (add_hline misplaces labels on log axes)."""
+    return go.Scatter(
+        x=[x0, x1],
+        y=[y, y],
+        mode="lines",
+        name=name,
+        line=dict(dash="dash", color=color),
+        hovertemplate=f"{name}<extra></extra>",
+    )
 
 
 def empty_figure(message: str) -> go.Figure:
@@ -69,28 +92,23 @@ def ppl_vs_sparsity(df: pd.DataFrame, title: str = "Perplexity vs sparsity") -> 
         return empty_figure("no finished runs to plot")
     df = df.assign(series=df["series"] if "series" in df else df["method"])
     fig = go.Figure()
-    for i, (name, g) in enumerate(df.sort_values("sparsity").groupby("series", sort=True)):
+    colors = series_colors(sorted(df["series"].unique()))
+    for name, g in df.sort_values("sparsity").groupby("series", sort=True):
         fig.add_trace(
             go.Scatter(
                 x=g["sparsity"],
                 y=g["ppl"],
                 mode="lines+markers",
                 name=str(name),
-                line=dict(color=color_of(name, i)),
-                customdata=g[["run_id"]] if "run_id" in g else None,
+                line=dict(color=colors[name]),
                 hovertemplate="sparsity %{x:.3f}<br>ppl %{y:.3f}<extra>" + str(name) + "</extra>",
             )
         )
     if "dense_ppl" in df:
+        xmax = max(float(df["sparsity"].max()), 0.05)
         for value in sorted(df["dense_ppl"].dropna().unique()):
-            fig.add_hline(
-                y=value,
-                line_dash="dash",
-                line_color="gray",
-                annotation_text=f"dense {value:.3g}",
-                annotation_position="top left",
-            )
-    fig.update_yaxes(type="log", title="perplexity (log)")
+            fig.add_trace(_level(value, 0.0, xmax, f"dense {value:.4g}", "gray"))
+    fig.update_yaxes(**LOG_AXIS, title="perplexity (log)")
     fig.update_xaxes(title="sparsity (fraction of targeted weights removed)")
     return _layout(fig, title)
 
@@ -156,7 +174,7 @@ def layer_error_bars(layers: pd.DataFrame, log_y: bool = False) -> go.Figure:
     """
     fig = _layer_bars(layers, "rel_error", "Reconstruction error per layer", "relative error")
     if log_y:
-        fig.update_yaxes(type="log", title="relative error (log)")
+        fig.update_yaxes(**LOG_AXIS, title="relative error (log)")
     return fig
 
 
@@ -202,7 +220,7 @@ def ppl_vs_dprime(
                 x=grid,
                 y=fitted_ppl(ppl0, d, grid, a, b),
                 mode="lines",
-                name=f"fit: ratio = {a:.3f}·d′/d + {b:.3f}",
+                name=f"fit: ratio = {a:.3f}·d′/d {'+' if b >= 0 else '−'} {abs(b):.3f}",
                 line=dict(dash="dot", color="#FFA15A"),
             )
         )
@@ -225,7 +243,7 @@ def ppl_vs_dprime(
             marker=dict(symbol="star", size=13, color=color_of("dense")),
         )
     )
-    fig.update_yaxes(type="log", title="perplexity (log)")
+    fig.update_yaxes(**LOG_AXIS, title="perplexity (log)")
     fig.update_xaxes(title="representation dimension d′ (kept residual width)")
     return _layout(fig, "Perplexity vs representation dimension")
 
@@ -312,13 +330,26 @@ def effdim_scatter(
                 hovertemplate="%{text}<br>" + x + " %{x:.1f}<br>ppl %{y:.3f}<extra></extra>",
             )
         )
-    fig.update_yaxes(type="log", title="perplexity (log)")
+    fig.update_yaxes(**LOG_AXIS, title="perplexity (log)")
     fig.update_xaxes(title=x_title or x)
     return _layout(fig, "Perplexity vs representation dimension, all methods")
 
 
-def effdim_layers(effdim: pd.DataFrame, columns: Sequence[str]) -> go.Figure:
-    """Per-layer effective dimension curves (one per column), e.g. from a run's effdim table."""
+DIM_KEY = re.compile(r"^(eff_?dim_)?(mean_|final_)?(pca\d+|erank|erank_sv)$")
+
+
+def is_dim_key(name: str) -> bool:
+    """Whether a metric / column names an effective dimension: core.repdim's pca99, pca90,
+    erank, erank_sv, optionally prefixed mean_ / final_ and effdim_ (run metrics)."""
+    return str(name).startswith("eff_dim") or bool(DIM_KEY.match(str(name)))
+
+
+def effdim_layers(effdim: pd.DataFrame, columns: Sequence[str] | None = None) -> go.Figure:
+    """Per-layer effective dimension curves, one per column (default: every dimension column
+    of a run's "effdim" table) plus the stream's width when recorded."""
+    columns = [c for c in effdim.columns if is_dim_key(c)] if columns is None else columns
+    if "width" in effdim and "width" not in columns:
+        columns = [*columns, "width"]
     if effdim.empty or not columns:
         return empty_figure("no per-layer effective dimension recorded")
     xcol = "layer" if "layer" in effdim else effdim.columns[0]
@@ -468,10 +499,9 @@ def head_error_bars(errors: pd.DataFrame, value: str = "fro_rel") -> go.Figure:
         return empty_figure("no runs to compare")
     key = "series" if "series" in errors else "method"
     fig = go.Figure()
-    for i, (name, g) in enumerate(errors.groupby(key, sort=True)):
-        fig.add_trace(
-            go.Bar(x=g["head"], y=g[value], name=str(name), marker_color=color_of(name, i))
-        )
+    colors = series_colors(sorted(errors[key].unique()))
+    for name, g in errors.groupby(key, sort=True):
+        fig.add_trace(go.Bar(x=g["head"], y=g[value], name=str(name), marker_color=colors[name]))
     fig.update_layout(barmode="group")
     fig.update_xaxes(title="query head", dtick=1)
     label = {"fro_rel": "‖P̃ − P‖_F / ‖P‖_F", "fro": "‖P̃ − P‖_F", "tv_max": "max row TV"}
@@ -528,17 +558,12 @@ def gd_trajectories(
                 row=r + 1,
                 col=c + 1,
             )
+        steps = (float(traj["step"].min()), float(traj["step"].max()))
         for j, (label, value) in enumerate((theory or {}).get(col, {}).items()):
             if value is not None and np.isfinite(value) and value > 0:
-                fig.add_hline(
-                    y=value,
-                    line_dash="dash",
-                    line_color=["black", "gray"][j % 2],
-                    annotation_text=label,
-                    row=r + 1,
-                    col=c + 1,
-                )
-        fig.update_yaxes(type="log", row=r + 1, col=c + 1)
+                line = _level(value, *steps, f"{label} = {value:.3g}", ["black", "gray"][j % 2])
+                fig.add_trace(line, row=r + 1, col=c + 1)
+        fig.update_yaxes(**LOG_AXIS, row=r + 1, col=c + 1)
         fig.update_xaxes(title="step" if r == 1 else None, row=r + 1, col=c + 1)
     return _layout(fig, "Gradient descent on the attention-mask loss", height=620)
 

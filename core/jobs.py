@@ -89,14 +89,73 @@ def parse_job(argv: list[str]) -> argparse.Namespace:
         raise ConfigError(msg) from exc
 
 
-def cli_commands() -> list[str]:
-    """Subcommands the CLI offers now (the analyses register theirs when they land)."""
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
     from core.cli import build_parser
 
     for action in build_parser()._actions:
         if isinstance(action, argparse._SubParsersAction):
-            return sorted(action.choices)
-    return []
+            return dict(action.choices)
+    return {}
+
+
+def cli_commands() -> list[str]:
+    """Subcommands the CLI offers now (the analyses register theirs when they land)."""
+    return sorted(_subparsers())
+
+
+@dataclass(frozen=True)
+class CliOption:
+    """One option of a CLI command, for drawing a form: ``key`` is the params key."""
+
+    key: str
+    kind: str  # "flag" | "int" | "float" | "choice" | "list" | "text"
+    default: Any
+    choices: tuple[Any, ...] | None
+    help: str
+    group: str
+
+
+# Options every command has that a job sets itself.
+_JOB_OWNED = {"help", "store", "json", "quiet", "verbose", "force", "save"}
+
+
+def cli_options(command: str) -> list[CliOption]:
+    """The options of ``python -m core <command>`` (argparse introspection), in order."""
+    sub = _subparsers().get(command)
+    if sub is None:
+        raise ConfigError(f"the CLI has no {command!r} command (has: {', '.join(cli_commands())})")
+    group_of = {id(a): g.title or "" for g in sub._action_groups for a in g._group_actions}
+    out = []
+    for action in sub._actions:
+        long = [s for s in action.option_strings if s.startswith("--")]
+        if not long:
+            continue
+        key = long[0].removeprefix("--").replace("-", "_")
+        if key in _JOB_OWNED:
+            continue
+        out.append(
+            CliOption(
+                key,
+                _kind(action),
+                action.default,
+                tuple(action.choices or ()) or None,
+                action.help or "",
+                group_of.get(id(action), ""),
+            )
+        )
+    return out
+
+
+def _kind(action: argparse.Action) -> str:
+    if isinstance(action, argparse._StoreTrueAction):
+        return "flag"
+    if isinstance(action, argparse._AppendAction):
+        return "list"
+    if action.choices:
+        return "choice"
+    if action.type in (int, float):
+        return action.type.__name__
+    return "text"
 
 
 def check_model_name(name: str) -> None:
@@ -119,6 +178,18 @@ def check_model_name(name: str) -> None:
         raise ConfigError(f"model folder {name!r} does not exist")
 
 
+def check_structured(method: str, pattern: str) -> None:
+    """Structured methods (SliceGPT) remove whole rows/columns: N:M patterns do not apply."""
+    from core.methods import get_method
+
+    cls = get_method(method)
+    if getattr(cls, "structured", False) and pattern != "unstructured":
+        raise ConfigError(
+            f"method {cls.name} removes whole rows and columns (structured pruning); "
+            f"an N:M pattern ({pattern}) does not apply to it"
+        )
+
+
 def plan_prune_args(args: argparse.Namespace) -> RunConfig:
     """The resolved config ``python -m core prune`` will run, from its parsed arguments."""
     from core import cli
@@ -126,6 +197,7 @@ def plan_prune_args(args: argparse.Namespace) -> RunConfig:
     from core.pipeline import plan_prune
 
     check_model_name(args.model)
+    check_structured(args.method, args.pattern)
     prune = PruneConfig(
         args.method,
         args.sparsity,

@@ -83,14 +83,31 @@ def lowest_k_mask(scores: torch.Tensor, k: int, dim: int | None = -1) -> torch.T
 
 
 def topk_prune_mask(scores: torch.Tensor, sparsity: float, dim: int | None = -1) -> torch.Tensor:
-    """Prune the ⌊sparsity·n⌋ lowest scores, per slice along ``dim`` or over the whole tensor.
+    """Prune the lowest scores, per output row (``dim=-1``) or over the whole tensor (None).
 
-    scores: (out, in). ``dim=-1`` is Wanda's per-output-row comparison group; ``dim=None`` is
-    the per-matrix threshold of magnitude pruning (papers.md §4).
+    scores: (out, in). ``dim=None`` prunes ⌊sparsity·numel⌋ entries: the per-matrix threshold
+    of magnitude pruning. ``dim=-1`` is Wanda's per-output-row comparison group: every row
+    prunes ⌊sparsity·in⌋ (papers.md §4) and, when sparsity·in is not an integer (OWL's
+    per-layer ratios), the remaining ⌊sparsity·numel⌋ − out·⌊sparsity·in⌋ entries go one
+    per row to the rows whose next-lowest score is smallest, so the matrix's sparsity is
+    exact to one weight and a global target is met instead of undershot by up to 1/in.
     """
     sparsity = check_sparsity(sparsity)
-    n = scores.numel() if dim is None else scores.shape[dim]
-    return lowest_k_mask(scores, prune_count(n, sparsity), dim)
+    if dim is None or scores.dim() != 2 or dim not in (-1, 1):
+        n = scores.numel() if dim is None else scores.shape[dim]
+        return lowest_k_mask(scores, prune_count(n, sparsity), dim)
+    rows, cols = scores.shape
+    total = prune_count(rows * cols, sparsity)
+    k, extra = divmod(total, rows)
+    if extra == 0:
+        return lowest_k_mask(scores, k, dim=-1)
+    ordered, order = torch.sort(scores, dim=-1, stable=True)  # (out, in)
+    # Rows that prune a (k+1)-th entry: the cheapest such entries overall, ties to lower rows.
+    bonus = torch.sort(ordered[:, k], stable=True).indices[:extra]
+    counts = torch.full((rows,), k, device=scores.device)
+    counts[bonus] += 1
+    ranks = torch.arange(cols, device=scores.device).expand(rows, cols)
+    return torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, order, ranks < counts[:, None])
 
 
 def nm_prune_mask(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:

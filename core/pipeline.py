@@ -290,7 +290,7 @@ def run_prune(
             "ppl": pruned.ppl, "nll": pruned.nll, "n_windows": pruned.n_windows,
             "n_tokens": pruned.n_tokens, "eval_tokens_per_s": pruned.tokens_per_s,
             "prune_seconds": prune_seconds, "layer_seconds": result.layer_seconds,
-            **weight_sparsity(lm, roles), **eff["summary"],
+            **weight_sparsity(lm, roles), **{f"effdim_{k}": v for k, v in eff["overall"].items()},
             "data": data_info, "calib": calib_info, "model": lm.adapter.describe(),
         }  # fmt: skip
         metrics.update(memory_report(lm, calib_ids))

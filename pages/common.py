@@ -7,15 +7,38 @@ small things: ``job_id`` (the Prune page's job) and ``selected_run``.
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
+from core import jobs
 from core.errors import PruneScopeError
 from core.store import RunRecord, RunStore, default_root
 
+FRAME_KEY = "_frame_ran"  # set by app.py on every run
 SUMMARY_COLUMNS = ("ppl", "dense_ppl", "achieved_sparsity", "prune_seconds")
+STAGES = {
+    "load": "loading the model",
+    "owl": "measuring outlier ratios (OWL)",
+    "prune": "pruning layer by layer",
+    "eval": "evaluating perplexity",
+    "effdim": "measuring the effective dimension",
+}
+
+
+def require_frame(page_file: str) -> None:
+    """Route a page through app.py when Streamlit ran it without the entrypoint.
+
+    On a fresh server, Streamlit's legacy pages/ routing is on until app.py first calls
+    st.navigation, so a deep link (/prune) runs the page file alone. Go through app.py, which
+    turns that routing off for good, and come back to the page.
+    """
+    if st.session_state.get(FRAME_KEY):
+        return
+    st.session_state["pending_page"] = f"pages/{Path(page_file).name}"
+    st.switch_page("app.py")
 
 
 @st.cache_resource(show_spinner=False)
@@ -111,10 +134,56 @@ def show_error(exc: BaseException) -> None:
 def fmt_seconds(s: float | None) -> str:
     if s is None:
         return "–"
-    s = int(round(s))
+    s = round(s)
     return f"{s // 60}:{s % 60:02d}" if s >= 60 else f"{s} s"
 
 
 def page_header(title: str, caption: str) -> None:
     st.title(title)
     st.caption(caption)
+
+
+# ---- background jobs -----------------------------------------------------------------------------
+def stage_text(status: jobs.JobStatus) -> str:
+    """What a running job is doing, in words."""
+    if status.phase is None:
+        return "starting: loading Python libraries and the model"
+    text = STAGES.get(status.stage or "", status.stage or "working")
+    if status.phase == "eval":
+        text = f"dense baseline: {text}"
+    if status.total > 1:
+        text += f" ({status.done}/{status.total})"
+    detail = status.detail if status.detail and "layer" not in status.detail else ""
+    return text + (f" · {detail}" if detail else "")
+
+
+@st.fragment(run_every=1.0)
+def live_progress(store: RunStore, job_id: str) -> None:
+    """Polls a job once a second (stage, progress, elapsed, ETA, cancel); reruns the page
+    when it ends."""
+    status = jobs.job_status(store, job_id)
+    if status.finished:
+        st.rerun(scope="app")
+    frac = status.done / status.total if status.total else 0.0
+    with st.container(border=True):
+        st.markdown(f"**Job `{job_id[:16]}` is {status.state}**")
+        st.progress(min(max(frac, 0.0), 1.0), text=stage_text(status))
+        c1, c2, c3 = st.columns([1, 1, 2])
+        c1.metric("elapsed", fmt_seconds(status.elapsed))
+        c2.metric("ETA (this stage)", fmt_seconds(status.eta))
+        if c3.button("Cancel", key=f"cancel_{job_id}", disabled=status.state == "cancelling"):
+            jobs.cancel(store, job_id)
+            st.rerun(scope="app")
+
+
+def job_outcome(status: jobs.JobStatus, result_key: str) -> None:
+    """One message for a finished job; a new result becomes the selected run once."""
+    if status.state == "done":
+        st.success(f"Run `{status.run_id}` finished in {fmt_seconds(status.elapsed)}.")
+        if st.session_state.get(f"shown_{result_key}") != status.job_id:
+            st.session_state[f"shown_{result_key}"] = status.job_id
+            st.session_state["selected_run"] = st.session_state[result_key] = status.run_id
+    elif status.state == "cancelled":
+        st.warning("The run was cancelled; nothing was stored for it.")
+    else:
+        st.error(f"The run {status.state}: {status.error or 'no message'}")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from core.models import EMBEDDED_MODEL, available_models
-from pages.common import device_info, get_store
+from pages.common import device_info, get_store, require_frame
 
+require_frame(__file__)
 st.title("PruneScope")
 st.markdown(
     "PruneScope prunes small language models with magnitude, Wanda, SparseGPT, SliceGPT and "
@@ -42,8 +43,8 @@ with col_store:
     st.subheader("Runs stored")
     runs = get_store().list()
     st.metric("runs", len(runs), help="finished, failed and running runs in the store")
-    st.page_link("pages/prune.py", label="Start a pruning run", icon="✂️")
-    st.page_link("pages/runs.py", label="Browse stored runs", icon="🗂️")
+    st.page_link("pages/prune.py", label="Start a pruning run", icon=":material/content_cut:")
+    st.page_link("pages/runs.py", label="Browse stored runs", icon=":material/table_view:")
 
 st.divider()
 st.subheader("The forward pass in terms of the width d")
@@ -54,16 +55,18 @@ with left:
     st.latex(
         r"\operatorname{RMSNorm}(h) = \gamma \odot \frac{h}{\sqrt{\lVert h\rVert_2^2/d + \epsilon}}"
     )
+    st.latex(r"X = \operatorname{RMSNorm}(h), \quad Q_j = R(X W_{Q,j}), \quad K_g = R(X W_{K,g})")
     st.latex(
-        r"X = \operatorname{RMSNorm}(h),\quad A_j = \operatorname{softmax}\!\Big(\frac{R(XW_{Q,j})"
-        r"\,R(XW_{K,g(j)})^{\top}}{\sqrt{d_h}} + M_c\Big)"
+        r"A_j = \operatorname{softmax}\!\Big(\frac{Q_j K_{g(j)}^{\top}}{\sqrt{d_h}} + M_c\Big)"
+        r"\in \mathbb{R}^{L\times L}"
     )
     st.latex(
         r"h \leftarrow h + \big[A_1 X W_{V,g(1)} \,\|\, \cdots \,\|\, A_H X W_{V,g(H)}\big] W_O"
     )
+    st.latex(r"\hat X = \operatorname{RMSNorm}(h)")
     st.latex(
         r"h \leftarrow h + \big(\operatorname{SiLU}(\hat X W_{\mathrm{gate}}) \odot "
-        r"\hat X W_{\mathrm{up}}\big) W_{\mathrm{down}},\quad \hat X = \operatorname{RMSNorm}(h)"
+        r"\hat X W_{\mathrm{up}}\big) W_{\mathrm{down}}"
     )
     st.latex(r"\text{logits} = \operatorname{RMSNorm}(h_N)\, W_{\mathrm{head}}")
     st.caption(
@@ -77,12 +80,13 @@ with right:
     st.caption("Checked on the Representation dimension page (fit: ratio = a(1 − s) + b).")
     st.markdown("**Paper B** — a mask M on W = W_Q W_Kᵀ/√d_h fitted by gradient descent:")
     st.latex(
-        r"L(M) = \tfrac12 \lVert f(M) - Y \rVert_F^2 + \tfrac12 \lambda \lVert M \rVert_F^2,"
-        r"\quad f(M) = \operatorname{softmax}\big(X (M \circ W) X^{\top}\big),\; Y = f(\mathbf 1)"
+        r"f(M) = \operatorname{softmax}\big(X (M \circ W) X^{\top}\big), \qquad Y = f(\mathbf 1)"
     )
-    st.latex(
-        r"M_{t+1} = M_t - \eta \nabla L(M_t), \qquad "
-        r"\nabla L(M) = W \circ (X^{\top} P X) + \lambda M"
+    st.latex(r"L(M) = \tfrac12 \lVert f(M) - Y \rVert_F^2 + \tfrac12 \lambda \lVert M \rVert_F^2")
+    st.latex(r"M_{t+1} = M_t - \eta \nabla L(M_t)")
+    st.latex(r"\nabla L(M) = W \circ (X^{\top} P X) + \lambda M")
+    st.caption(
+        "Row j of P is s_j∘c_j − s_j⟨s_j, c_j⟩ with s_j = row j of f(M) and c_j = s_j − y_j."
     )
     st.caption(
         "Linear convergence needs a Lipschitz gradient (η ≤ 1/L) and a PL inequality "

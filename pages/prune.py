@@ -14,19 +14,24 @@ from core.data import default_data_dir
 from core.errors import ConfigError, PruneScopeError, StoreError
 from core.methods import available_methods
 from core.models import available_models
-from pages.common import cli_hint, device_info, fmt_seconds, get_store, pick_run, show_error
+from pages.common import (
+    cli_hint,
+    device_info,
+    fmt_seconds,
+    get_store,
+    job_outcome,
+    live_progress,
+    pick_run,
+    require_frame,
+    show_error,
+)
+
+require_frame(__file__)
 
 OTHER_MODEL = "other (local folder or Hugging Face id)"
 UPLOAD = "upload a text file"
 PATTERNS = ["unstructured", "2:4", "4:8"]
 TARGETS = ["all", "attention", "mlp", "qk"]
-STAGES = {
-    "load": "loading the model",
-    "owl": "measuring outlier ratios (OWL)",
-    "prune": "pruning layer by layer",
-    "eval": "evaluating perplexity",
-    "effdim": "measuring the effective dimension",
-}
 
 store = get_store()
 st.title("Prune a model")
@@ -145,6 +150,8 @@ def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
         submitted = st.form_submit_button("Run", type="primary", disabled=running)
     if not submitted:
         return None
+    if model == OTHER_MODEL and not custom.strip():
+        raise ConfigError("model name is empty: type a local folder or a Hugging Face id")
     params = {
         "model": custom.strip() if model == OTHER_MODEL else model,
         "method": method,
@@ -163,49 +170,6 @@ def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
         "force": force,
     }
     return params, save
-
-
-# ---- live progress -----------------------------------------------------------------------------
-def stage_text(status: jobs.JobStatus) -> str:
-    if status.phase is None:
-        return "starting: loading Python libraries and the model"
-    text = STAGES.get(status.stage or "", status.stage or "working")
-    if status.phase == "eval":
-        text = f"dense baseline: {text}"
-    if status.total > 1:
-        text += f" ({status.done}/{status.total})"
-    return text + (f" · {status.detail}" if status.detail and "layer" not in status.detail else "")
-
-
-@st.fragment(run_every=1.0)
-def live_progress(job_id: str) -> None:
-    """Polls the job once a second; reruns the whole page when it ends."""
-    status = jobs.job_status(store, job_id)
-    if status.finished:
-        st.rerun(scope="app")
-    frac = status.done / status.total if status.total else 0.0
-    with st.container(border=True):
-        st.markdown(f"**Job `{job_id[:12]}` is {status.state}**")
-        st.progress(min(max(frac, 0.0), 1.0), text=stage_text(status))
-        c1, c2, c3 = st.columns([1, 1, 2])
-        c1.metric("elapsed", fmt_seconds(status.elapsed))
-        c2.metric("ETA (this stage)", fmt_seconds(status.eta))
-        if c3.button("Cancel", key="cancel_job", disabled=status.state == "cancelling"):
-            jobs.cancel(store, job_id)
-            st.rerun(scope="app")
-
-
-def outcome(status: jobs.JobStatus) -> None:
-    """One message for a finished job."""
-    if status.state == "done":
-        st.success(f"Run `{status.run_id}` finished in {fmt_seconds(status.elapsed)}.")
-        if st.session_state.get("shown_job") != status.job_id:  # show it once, then free
-            st.session_state["shown_job"] = status.job_id
-            st.session_state["selected_run"] = st.session_state["result_run"] = status.run_id
-    elif status.state == "cancelled":
-        st.warning("The run was cancelled; nothing was stored for it.")
-    else:
-        st.error(f"The run {status.state}: {status.error or 'no message'}")
 
 
 # ---- results -------------------------------------------------------------------------------------
@@ -241,8 +205,10 @@ def show_result(run_id: str) -> None:
     layers = run.table("layers")
     left, right = st.columns(2)
     left.plotly_chart(figures.layer_sparsity_bars(layers), key="sparsity_bars")
-    log_y = right.toggle("log scale", key="err_log")
-    right.plotly_chart(figures.layer_error_bars(layers, log_y=log_y), key="error_bars")
+    with right:
+        error_chart = st.empty()
+        log_y = st.toggle("log scale", key="err_log")
+        error_chart.plotly_chart(figures.layer_error_bars(layers, log_y=log_y), key="error_bars")
     d1, d2 = st.columns(2)
     d1.download_button(
         "Download the layer table (CSV)",
@@ -259,7 +225,9 @@ def show_result(run_id: str) -> None:
             mime="application/zip",
         )
         d2.caption(f"Saved at `{saved}` (reload with transformers' from_pretrained).")
-    st.page_link("pages/attention.py", label="Look at its attention masks", icon="🔍")
+    st.page_link(
+        "pages/attention.py", label="Look at its attention masks", icon=":material/grid_on:"
+    )
 
 
 # ---- page ------------------------------------------------------------------------------------------
@@ -276,9 +244,9 @@ except PruneScopeError as exc:
 
 if status is not None:
     if status.finished:
-        outcome(status)
+        job_outcome(status, result_key="result_run")
     else:
-        live_progress(job_id)
+        live_progress(store, job_id)
 
 finished = store.list(kind="prune", status="done")
 st.subheader("Results")

@@ -87,7 +87,9 @@ def test_magnitude_matrix_scope_exact_count_with_ties() -> None:
 
 def test_magnitude_row_scope_and_nm() -> None:
     W = quantised(make_problem(1)[0])
-    assert (magnitude_mask(W, 0.3, scope="row").sum(1) == prune_count(128, 0.3)).all()
+    per_row = magnitude_mask(W, 0.3, scope="row").sum(1)
+    assert per_row.sum() == prune_count(64 * 128, 0.3)
+    assert set(per_row.tolist()) <= {prune_count(128, 0.3), prune_count(128, 0.3) + 1}
     nm = magnitude_mask(W, 0.5, nm=(2, 4)).reshape(64, 32, 4)
     assert (nm.sum(-1) == 2).all()
 
@@ -113,8 +115,12 @@ def test_wanda_exact_row_sparsity_with_ties(sparsity: float) -> None:
     W = quantised(make_problem(2)[0])
     norms = torch.ones(128)
     norms[:64] = 4.0  # two activation levels: scores tie within and across them
-    mask = wanda_mask(W, norms, sparsity)
-    assert (mask.sum(dim=1) == prune_count(128, sparsity)).all()
+    per_row = wanda_mask(W, norms, sparsity).sum(dim=1)
+    # every row prunes ⌊p·in⌋ (+1 for some rows when p·in is fractional): exact matrix total
+    assert per_row.sum() == prune_count(64 * 128, sparsity)
+    assert set(per_row.tolist()) <= {prune_count(128, sparsity), prune_count(128, sparsity) + 1}
+    if sparsity == 0.5:
+        assert (per_row == 64).all()
 
 
 @pytest.mark.parametrize(("n", "m"), [(2, 4), (4, 8), (1, 3)])

@@ -120,3 +120,10 @@ def test_scope_dim() -> None:
     assert scope_dim("matrix") is None
     with pytest.raises(ConfigError):
         scope_dim("column")
+
+
+def test_row_mask_fractional_count_goes_to_cheapest_rows() -> None:
+    scores = torch.tensor([[1.0, 2.0, 3.0], [0.5, 0.6, 9.0], [4.0, 5.0, 6.0]])
+    mask = topk_prune_mask(scores, 0.5, dim=-1)  # ⌊0.5·9⌋ = 4: one per row + one extra
+    assert mask.sum(1).tolist() == [1, 2, 1]  # row 1's second entry (0.6) is the cheapest
+    assert mask[1, :2].all() and mask[0, 0] and mask[2, 0]

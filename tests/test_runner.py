@@ -29,7 +29,8 @@ def test_noop_pass_reproduces_the_model(name):
         assert torch.allclose(torch.cat(inputs.hidden), ref[i], atol=1e-5)
         with torch.no_grad():
             inputs.hidden = [
-                forward_layer(layer, h, kw) for h, kw in zip(inputs.hidden, inputs.kwargs)
+                forward_layer(layer, h, kw)
+                for h, kw in zip(inputs.hidden, inputs.kwargs, strict=True)
             ]
 
 

@@ -92,9 +92,14 @@ class AttentionGDOptions:
     scope: comparison group of the binarisation, "row" (output row) or "matrix".
     max_seq: calibration sequences used (the first ones; the paper used 8).
     dtype: GD precision. others: how V/O/MLP are pruned in the same run.
+
+    Defaults are ours (papers.md §3 [U]): T = 30 keeps a 30-layer 135M model within minutes
+    on 2 cores; "auto" follows the theory (η ≤ 1/L); "ones" is the literal reading of the
+    algorithm; |M∘W| scores because M alone ranks near-ties (from M₀ = 1 most entries only
+    shrink uniformly); per-row scope as Wanda; RoPE on as in Llama.
     """
 
-    lam: float = 1e-3
+    lam: float = 1e-2
     steps: int = 30
     step: str = "auto"
     eta: float | None = None
@@ -251,7 +256,7 @@ class GroupProblem:
             C = S - ch.Y  # (n, r, L, L); zero off the causal support
             data += 0.5 * torch.linalg.vector_norm(C, dim=(0, 2, 3)).square()
             # P rows p_j = s_j∘c_j − s_j⟨s_j, c_j⟩, written over S and C to save memory.
-            P = S.mul_(C.sub_((S * C).sum(-1, keepdim=True)))
+            P = S.mul_(C.sub_(torch.linalg.vecdot(S, C).unsqueeze(-1)))
             dq = (P @ k.unsqueeze(1)).mul_(self.scale)  # (n, r, L, d_h) = ∂ℓ/∂q̂_h
             dk = (P.transpose(-1, -2) @ q).sum(1).mul_(self.scale)  # (n, L, d_h) = ∂ℓ/∂k̂
             if ch.rope is not None:
@@ -322,10 +327,12 @@ def lipschitz_upper_bound(
     Wk: Tensor,
     lam: float,
     mask_bound: float = 1.0,
+    x_norms: Tensor | None = None,
 ) -> float:
     """A sound upper bound on the Lipschitz constant of ∇L over the box {|M_ij| ≤ B}.
 
-    B = ``mask_bound`` (1 covers the [0, 1] box that ``clip`` keeps M in). Per sequence
+    B = ``mask_bound`` (1 covers the [0, 1] box that ``clip`` keeps M in); ``x_norms``:
+    ``spectral_norms(X)`` when already computed (it is shared by a layer's groups). Per sequence
     (n tokens) and head h, with ‖·‖ the Frobenius and ‖·‖₂ the spectral norm:
 
     1. Softmax row s(a), c = s − y: ‖J_s‖₂ ≤ ½ (Gershgorin: row i of diag(s) − ssᵀ sums to
@@ -354,14 +361,26 @@ def lipschitz_upper_bound(
     a_k = Wk.abs().amax()
     f_q = mask_bound * torch.linalg.vector_norm(Wq, dim=(1, 2))  # (r,) B‖W_{Q,h}‖
     f_k = mask_bound * torch.linalg.vector_norm(Wk)
+    seqs = _sequences(X)
+    x_norms = spectral_norms(seqs) if x_norms is None else x_norms
     total = 0.0
-    for x in _sequences(X):
-        xi = torch.linalg.matrix_norm(x.to(dtype), ord=2)
+    for x, xi in zip(seqs, x_norms.to(dtype).cpu(), strict=True):
         alpha_q, alpha_k, rho_q, rho_k = xi * a_q, xi * a_k, xi * f_q, xi * f_k
         c = beta * (alpha_q**2 * rho_k**2 + rho_q**2 * alpha_k**2) / head_dim
         c = c + math.sqrt(x.shape[0] / 2) * alpha_q * alpha_k / math.sqrt(head_dim)
         total += float(c.sum())
     return lam + total
+
+
+def spectral_norms(X: Tensor | Sequence[Tensor]) -> Tensor:
+    """(N,) float64 ‖X_n‖₂ per sequence: √λ_max of the smaller Gram matrix (eigvalsh is a few
+    times cheaper than an SVD of the (L, d) sequence)."""
+    out = []
+    for x in _sequences(X):
+        x = x.double()
+        gram = x @ x.T if x.shape[0] <= x.shape[1] else x.T @ x
+        out.append(torch.linalg.eigvalsh(gram)[-1].clamp_min(0.0).sqrt().cpu())
+    return torch.stack(out)
 
 
 def estimate_smoothness(
@@ -501,12 +520,13 @@ def gd_prune_group(
     rope: tuple[Tensor, Tensor] | None = None,
     Mq0: Tensor | None = None,
     Mk0: Tensor | None = None,
+    x_norms: Tensor | None = None,
 ) -> GroupResult:
     """Algorithm 1 of Paper B on one GQA group: M_{t+1} = M_t − η_t∇L(M_t), t < T.
 
     X: calibration sequences (see ``GroupProblem``); Wq_heads (r, d, d_h), Wk (d, d_h);
     rope: (cos, sin) to apply RoPE, None for none (``options.rope`` is the caller's switch).
-    Mq0, Mk0: M₀ (default ones). Step sizes follow ``options.step``; "auto" and
+    Mq0, Mk0: M₀ (default ones). x_norms: ``spectral_norms(X)`` if known. Step sizes follow ``options.step``; "auto" and
     "backtracking" accept a step when L(M⁺) ≤ L(M) + ⟨∇L, M⁺ − M⟩ + ‖M⁺ − M‖²/(2η) (the
     descent lemma, true whenever η ≤ 1/L_grad; with ``clip`` M⁺ is projected onto [0, 1]) and
     halve η otherwise. The returned masks are continuous; ``binarize`` makes the keep mask.
@@ -562,7 +582,8 @@ def gd_prune_group(
             eta = min(eta, 1.0 / secant)  # L̂ only grows: η_t = 1/max(power, secants, halvings)
         Mq, Mk, ev = Mq_new, Mk_new, new
     trajectory, blocks = hist.rows()
-    bound = lipschitz_upper_bound(X, problem.Wq, problem.Wk, lam, max(1.0, hist.max_abs))
+    box = max(1.0, hist.max_abs)
+    bound = lipschitz_upper_bound(X, problem.Wq, problem.Wk, lam, box, x_norms)
     return GroupResult(
         Mq=Mq,
         Mk=Mk,
@@ -751,6 +772,7 @@ class AttentionGD(Method):
         Mk = initial_mask(Wk, opts.init, sparsity["k"], opts.scope, col_sq)  # (KV·d_h, d)
         groups: list[GroupResult] = []
         if sparsity["q"] > 0 or sparsity["k"] > 0:
+            x_norms = spectral_norms(X)  # for the Lipschitz bound, shared by the groups
             for g in range(n_kv):
                 qs = slice(g * r * head_dim, (g + 1) * r * head_dim)  # q_proj rows of group g
                 ks = slice(g * head_dim, (g + 1) * head_dim)  # k_proj rows of KV head g
@@ -762,6 +784,7 @@ class AttentionGD(Method):
                     rope,
                     to_heads(Mq[qs], head_dim),
                     Mk[ks].T,
+                    x_norms,
                 )
                 Mq[qs], Mk[ks] = to_linear(res.Mq), res.Mk.T
                 groups.append(res)

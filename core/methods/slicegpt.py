@@ -31,7 +31,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,9 +85,29 @@ def pca_basis(cov: torch.Tensor, damp: float = 0.01) -> tuple[torch.Tensor, torc
     if cov.dtype != torch.float64:
         raise ConfigError(f"pca_basis expects a float64 covariance, got {cov.dtype}")
     shift = damp * cov.diagonal().mean()
-    eigvals, Q = torch.linalg.eigh(cov + shift * torch.eye(cov.shape[0], dtype=cov.dtype, device=cov.device))
+    damped = cov + shift * torch.eye(cov.shape[0], dtype=cov.dtype, device=cov.device)
+    with _single_thread(cov.device):
+        eigvals, Q = torch.linalg.eigh(damped)
     order = torch.argsort(eigvals, descending=True)
     return eigvals[order] - shift, Q[:, order]
+
+
+@contextmanager
+def _single_thread(device: torch.device) -> Iterator[None]:
+    """Run a CPU eigendecomposition on one thread.
+
+    MKL's multi-threaded syevd barely beats one thread at d ≈ 500-4000 and, when the cores are
+    shared, was measured 20× slower (1.1 s vs 0.05 s at d = 576 on 2 busy cores).
+    """
+    if device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def randomize_kept(Q: torch.Tensor, keep: int, generator: torch.Generator) -> torch.Tensor:
@@ -104,9 +125,13 @@ def randomize_kept(Q: torch.Tensor, keep: int, generator: torch.Generator) -> to
 
 
 def accumulate_gram(gram: torch.Tensor, x: torch.Tensor) -> None:
-    """gram += XᵀX in float64 for x (..., d); every token counts (calibration has no padding)."""
-    flat = x.reshape(-1, x.shape[-1]).to(torch.float64)
-    gram.addmm_(flat.T, flat)
+    """gram += XᵀX for x (..., d), accumulated in float64; every token counts (no padding).
+
+    The per-batch product is taken in x's precision but at least float32 (float64 for a
+    float64 model): half the cost of a float64 product, and the 1% damping dwarfs its error.
+    """
+    flat = x.reshape(-1, x.shape[-1]).to(torch.promote_types(x.dtype, torch.float32))
+    gram += (flat.T @ flat).to(torch.float64)
 
 
 # ---- modules --------------------------------------------------------------------------------
@@ -218,7 +243,7 @@ def set_embedding(embed: nn.Embedding, weight: torch.Tensor) -> None:
     embed.embedding_dim = weight.shape[1]
 
 
-def _as_adapter(model: Any) -> ModelAdapter:
+def as_adapter(model: Any) -> ModelAdapter:
     """LoadedModel | ModelAdapter | nn.Module -> ModelAdapter (ModelLoadError if not Llama-shaped)."""
     if isinstance(model, ModelAdapter):
         return model
@@ -229,6 +254,10 @@ def _as_adapter(model: Any) -> ModelAdapter:
     raise ConfigError(f"expected a model, ModelAdapter or LoadedModel, got {type(model).__name__}")
 
 
+def _n_layer_params(adapter: ModelAdapter) -> int:
+    return sum(p.numel() for p in adapter.layers.parameters())
+
+
 def is_sliced(model: nn.Module) -> bool:
     return isinstance(getattr(model, "slicing", None), SliceSpec)
 
@@ -236,7 +265,11 @@ def is_sliced(model: nn.Module) -> bool:
 def _check_rms_norm(norm: nn.Module, d: int, eps: float, where: str) -> torch.Tensor:
     """Return γ (d,) if ``norm`` computes γ·x/√(mean x² + ε); ModelLoadError otherwise."""
     weight = getattr(norm, "weight", None)
-    if not isinstance(weight, torch.Tensor) or weight.shape != (d,) or getattr(norm, "bias", None) is not None:
+    if (
+        not isinstance(weight, torch.Tensor)
+        or weight.shape != (d,)
+        or getattr(norm, "bias", None) is not None
+    ):
         raise ModelLoadError(
             f"{where} is a {type(norm).__name__}, not an RMSNorm with a ({d},) weight and no "
             "bias; SliceGPT here supports RMSNorm (Llama-shaped) models"
@@ -276,7 +309,9 @@ def untie_head(model: nn.Module) -> None:
     """Give lm_head its own copy of a weight it may share with the embeddings."""
     head, embed = model.lm_head, model.model.embed_tokens
     if head.weight is embed.weight or head.weight.data_ptr() == embed.weight.data_ptr():
-        head.weight = nn.Parameter(head.weight.detach().clone(), requires_grad=head.weight.requires_grad)
+        head.weight = nn.Parameter(
+            head.weight.detach().clone(), requires_grad=head.weight.requires_grad
+        )
     model.config.tie_word_embeddings = False
 
 
@@ -326,6 +361,18 @@ def rotate_embeddings(embed: nn.Embedding, Q: torch.Tensor, width: int) -> None:
     set_embedding(embed, (E.double() @ Q[:, :width].to(E.device)).to(E.dtype))
 
 
+@contextmanager
+def _rotated_output(lin: nn.Linear, Q: torch.Tensor) -> Iterator[None]:
+    """Let ``lin`` write in the full basis Q for a while, then restore its weights."""
+    weight, bias = lin.weight, lin.bias
+    rotate_outputs(lin, Q, Q.shape[1])
+    try:
+        yield
+    finally:
+        lin.weight, lin.bias = weight, bias
+        lin.out_features = weight.shape[0]
+
+
 # ---- options and report ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SliceOptions:
@@ -347,7 +394,9 @@ class SliceOptions:
         if not self.damp >= 0.0:
             raise ConfigError(f"damp must be >= 0, got {self.damp!r}")
         if self.orientation not in ORIENTATIONS:
-            raise ConfigError(f"orientation must be one of {ORIENTATIONS}, got {self.orientation!r}")
+            raise ConfigError(
+                f"orientation must be one of {ORIENTATIONS}, got {self.orientation!r}"
+            )
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ConfigError(f"batch_size must be a positive integer, got {self.batch_size!r}")
 
@@ -356,6 +405,9 @@ class SliceOptions:
 class SliceReport:
     """What ``slice_model`` did.
 
+    n_params_*: every parameter (shortcut matrices included; a tied head counts once when
+    dense and again once untied, so a tied-embedding model can grow at small s);
+    n_layer_params_*: the decoder layers only.
     rows: one per residual boundary (embed, then mid/out of every layer): kept width and
     the fraction of calibration energy Σλ[:kept]/Σλ it keeps. spectra: (n_boundaries, d)
     float64 eigenvalues of C, descending, in the order of ``rows``.
@@ -366,6 +418,8 @@ class SliceReport:
     d_sliced: int
     n_params_dense: int
     n_params_sliced: int
+    n_layer_params_dense: int
+    n_layer_params_sliced: int
     n_tokens: int
     seconds: float
     options: SliceOptions
@@ -386,6 +440,8 @@ class SliceReport:
             "n_params_dense": self.n_params_dense,
             "n_params_sliced": self.n_params_sliced,
             "param_ratio": self.n_params_sliced / self.n_params_dense,
+            "n_layer_params_dense": self.n_layer_params_dense,
+            "n_layer_params_sliced": self.n_layer_params_sliced,
             "n_tokens": self.n_tokens,
             "seconds": self.seconds,
             "options": asdict(self.options),
@@ -401,7 +457,9 @@ class _Boundaries:
         self.rows: list[dict[str, Any]] = []
         self.spectra: list[torch.Tensor] = []
 
-    def basis(self, signals: Sequence[torch.Tensor], keep: int, site: str, layer: int | None) -> torch.Tensor:
+    def basis(
+        self, signals: Sequence[torch.Tensor], keep: int, site: str, layer: int | None
+    ) -> torch.Tensor:
         """Q (d, d) float64 on the device for signals [(B, L, d)], keeping ``keep`` columns."""
         d = signals[0].shape[-1]
         gram = torch.zeros(d, d, dtype=torch.float64, device=self.device)
@@ -438,8 +496,8 @@ def _slice_layer(
 ) -> tuple[SlicedDecoderLayer, list[torch.Tensor], torch.Tensor]:
     """Rotate and slice decoder layer ``index`` (already on the compute device).
 
-    hidden: layer inputs [(B, L, d_in)] in the rotated, sliced basis of Q_in. Returns the
-    new layer, its outputs [(B, L, d_out)] in the basis of Q_out, and Q_out (d, d).
+    hidden: layer inputs [(B, L, d_in)] in the rotated, sliced basis of Q_in (d, d) float64.
+    Returns the new layer, its outputs [(B, L, d_out)] in the basis of Q_out, and Q_out.
     """
     d_in, d_mid, d_out = widths
     layer = adapter.layers[index]
@@ -452,25 +510,41 @@ def _slice_layer(
         torch.empty(d_in, d_mid, dtype=dtype, device=device),
         torch.empty(d_mid, d_out, dtype=dtype, device=device),
     )  # fmt: skip
-    Qi = Q_in[:, :d_in].to(dtype)  # (d, d_in)
-    # Residual after attention in the unrotated basis: (B, L, d), computed once per batch.
-    mids = [x @ Qi.T + new.attention_branch(x, **kw) for x, kw in zip(hidden, kwargs, strict=True)]
-    Q_mid = bounds.basis(mids, d_mid, "mid", index)
+
+    # Mid boundary. With o_proj writing in the full Q_in basis, the residual there is
+    # [x, 0] + attn: no (T, d_in)·(d_in, d) product to map x back. Its PCA V (in Q_in
+    # coordinates) gives Q_mid = Q_in·V; the eigenvalues are those of the unrotated residual.
+    with _rotated_output(lin["o"], Q_in):
+        mids = []  # (B, L, d)
+        for x, kw in zip(hidden, kwargs, strict=True):
+            r = new.attention_branch(x, **kw)
+            r[..., :d_in] += x
+            mids.append(r)
+    V = bounds.basis(mids, d_mid, "mid", index)
+    Q_mid = Q_in @ V
     rotate_outputs(lin["o"], Q_mid, d_mid)
     for role in ("gate", "up"):
         rotate_inputs(lin[role], Q_mid, d_mid)
-    Qm = Q_mid[:, :d_mid].to(dtype)  # (d, d_mid)
-    hidden = [m @ Qm for m in mids]  # (B, L, d_mid), the sliced mid residual
+    Vk = V[:, :d_mid].to(dtype)
+    hidden = [r @ Vk for r in mids]  # (B, L, d_mid): the sliced mid residual
     del mids
-    # Residual after the MLP, unrotated: (B, L, d).
-    outs = [h @ Qm.T + new.mlp_branch(h) for h in hidden]
-    Q_out = bounds.basis(outs, d_out, "out", index)
+
+    # Out boundary, the same way in Q_mid coordinates.
+    with _rotated_output(lin["down"], Q_mid):
+        outs = []  # (B, L, d)
+        for h in hidden:
+            r = new.mlp_branch(h)
+            r[..., :d_mid] += h
+            outs.append(r)
+    V_out = bounds.basis(outs, d_out, "out", index)
+    Q_out = Q_mid @ V_out
     rotate_outputs(lin["down"], Q_out, d_out)
-    Qo = Q_out[:, :d_out].to(dtype)  # (d, d_out)
-    hidden = [o @ Qo for o in outs]
+    Vk = V_out[:, :d_out].to(dtype)
+    hidden = [r @ Vk for r in outs]  # (B, L, d_out)
     del outs
-    new.attn_shortcut.copy_(Q_in[:, :d_in].T @ Q_mid[:, :d_mid])  # (d_in, d_mid)
-    new.mlp_shortcut.copy_(Q_mid[:, :d_mid].T @ Q_out[:, :d_out])  # (d_mid, d_out)
+    # Dᵀ·Q_inᵀ·Q_mid·D = Dᵀ·V·D and likewise for the MLP (SliceGPT's shortcut matrices).
+    new.attn_shortcut.copy_(V[:d_in, :d_mid])
+    new.mlp_shortcut.copy_(V_out[:d_mid, :d_out])
     return new, hidden, Q_out
 
 
@@ -490,13 +564,13 @@ def slice_model(
     Afterwards ``model.slicing`` holds the SliceSpec and ``save_sliced`` can store it.
     """
     options = options or SliceOptions()
-    adapter = _as_adapter(model)
+    adapter = as_adapter(model)
     check_sliceable(adapter)
     d, n = adapter.hidden_size, adapter.n_layers
     width = sliced_width(d, sparsity, options.round_to)
     device = torch.device(device)
     t0 = time.perf_counter()
-    n_dense = adapter.n_params()
+    n_dense, n_layers_dense = adapter.n_params(), _n_layer_params(adapter)
 
     untie_head(adapter.model)
     eps = fold_norms(adapter)
@@ -529,6 +603,8 @@ def slice_model(
         d_sliced=width,
         n_params_dense=n_dense,
         n_params_sliced=adapter.n_params(),
+        n_layer_params_dense=n_layers_dense,
+        n_layer_params_sliced=_n_layer_params(adapter),
         n_tokens=int(calib_ids.numel()),
         seconds=time.perf_counter() - t0,
         options=options,
@@ -545,7 +621,7 @@ def slice_model(
 # ---- save / load ------------------------------------------------------------------------------------
 def apply_structure(model: nn.Module, spec: SliceSpec) -> None:
     """Give a freshly built dense HF model the sliced shapes of ``spec`` (weights uninitialised)."""
-    adapter = _as_adapter(model)
+    adapter = as_adapter(model)
     check_sliceable(adapter)
     if adapter.hidden_size != spec.hidden_size or adapter.n_layers != len(spec.widths):
         raise ModelLoadError(
@@ -576,7 +652,11 @@ def apply_structure(model: nn.Module, spec: SliceSpec) -> None:
         )  # fmt: skip
     adapter.backbone.norm = FoldedRMSNorm(spec.hidden_size, spec.eps)
     head = adapter.lm_head
-    set_linear(head, empty(head.out_features, spec.widths[-1][2]), None if head.bias is None else empty(head.out_features))
+    set_linear(
+        head,
+        empty(head.out_features, spec.widths[-1][2]),
+        None if head.bias is None else empty(head.out_features),
+    )
     adapter.model.slicing = spec
 
 
@@ -584,7 +664,7 @@ def save_sliced(model: nn.Module, folder: str | Path) -> Path:
     """Write ``model.safetensors``, ``slicing.json`` and the HF ``config.json`` into folder."""
     from safetensors.torch import save_file
 
-    model = _as_adapter(model).model
+    model = as_adapter(model).model
     if not is_sliced(model):
         raise ConfigError("save_sliced needs a model sliced by slice_model (no .slicing found)")
     folder = Path(folder)

@@ -1,0 +1,219 @@
+"""Representation dimension: Paper A's perplexity relation and effective residual dimensions.
+
+Paper A (Xu, Alazraki, Mandic; arXiv 2503.04377; papers.md §2) states for SliceGPT
+
+    (A1)  ln PPL₀ / ln PPL = 1 − s,   i.e.   PPL = PPL₀^{1/(1−s)} = PPL₀^{d/d′},
+
+with s the fraction of the residual width d removed. ``predicted_ppl`` evaluates (A1);
+``relation_fit`` fits ratio = a·(1−s) + b to measured sweeps (the spec treats (A1) as a
+hypothesis to fit per model, not an identity).
+
+The seed question asks whether the representation dimension plays the same role for
+methods that keep d fixed (Wanda, SparseGPT, attention-matrix pruning). ``effective_dims``
+measures the dimension a residual stream actually uses, ``collect_residual_dims`` does so
+after every decoder layer of any model (sliced ones included), and ``effective_relation``
+tests (A1) written with that dimension: PPL = PPL₀^{d_eff,dense / d_eff}.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from core.errors import ConfigError
+from core.methods.slicegpt import as_adapter, sliced_width
+
+ENERGY_LEVELS = {"pca99": 0.99, "pca90": 0.90}
+
+
+# ---- Paper A relation ---------------------------------------------------------------------
+def predicted_ppl(ppl0: float, s: float) -> float:
+    """PPL = PPL₀^{1/(1−s)} (Paper A, relation A1)."""
+    if not 0.0 <= s < 1.0:
+        raise ConfigError(f"sparsity must be in [0, 1), got {s}")
+    return float(ppl0) ** (1.0 / (1.0 - s))
+
+
+def _log_ppl(ppl: float, what: str) -> float:
+    if not math.isfinite(ppl) or ppl <= 1.0:
+        raise ConfigError(f"{what} must be a finite perplexity > 1 (ln PPL > 0), got {ppl}")
+    return math.log(ppl)
+
+
+def linear_fit(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
+    """Least squares y ≈ a·x + b; returns (a, b, r²). NaNs when x has < 2 distinct values."""
+    xs = torch.tensor(x, dtype=torch.float64)
+    ys = torch.tensor(y, dtype=torch.float64)
+    if xs.numel() != ys.numel():
+        raise ConfigError(f"{xs.numel()} x values but {ys.numel()} y values")
+    if torch.unique(xs).numel() < 2:
+        return math.nan, math.nan, math.nan
+    A = torch.stack([xs, torch.ones_like(xs)], dim=1)  # (n, 2)
+    a, b = torch.linalg.lstsq(A, ys.unsqueeze(1)).solution.squeeze(1).tolist()
+    ss_res = ((ys - (a * xs + b)) ** 2).sum().item()
+    ss_tot = ((ys - ys.mean()) ** 2).sum().item()
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else math.nan)
+    return a, b, r2
+
+
+def relation_fit(
+    s_values: Sequence[float],
+    ppl_values: Sequence[float],
+    ppl0: float,
+    d: int | None = None,
+    round_to: int = 8,
+    use_effective: bool = False,
+) -> dict[str, Any]:
+    """Fit ln PPL₀ / ln PPL = a·(1−s) + b by least squares (Paper A, A1 has a = 1, b = 0).
+
+    With the model width ``d`` the rows also carry d′ = sliced_width(d, s) and
+    s_eff = 1 − d′/d, and ``use_effective`` fits against 1 − s_eff instead of 1 − s.
+    Returns {"a", "b", "r2", "rows"}; each row: s, s_eff, d_sliced, measured, predicted
+    (A1 with the same s used for the fit), rel_error = (predicted − measured)/measured,
+    ratio, and predicted_fit / rel_error_fit from the fitted line. a, b, r2 are NaN with
+    fewer than two distinct sparsities.
+    """
+    if len(s_values) != len(ppl_values):
+        raise ConfigError(f"{len(s_values)} sparsities but {len(ppl_values)} perplexities")
+    if use_effective and d is None:
+        raise ConfigError("use_effective needs the model width d")
+    log0 = _log_ppl(ppl0, "ppl0")
+    rows: list[dict[str, Any]] = []
+    for s, ppl in zip(s_values, ppl_values, strict=True):
+        d_sliced = None if d is None else sliced_width(d, s, round_to)
+        s_eff = s if d_sliced is None else 1.0 - d_sliced / d
+        s_used = s_eff if use_effective else s
+        predicted = predicted_ppl(ppl0, s_used)
+        rows.append({
+            "s": float(s), "s_eff": float(s_eff), "d_sliced": d_sliced, "measured": float(ppl),
+            "predicted": predicted, "rel_error": (predicted - ppl) / ppl,
+            "ratio": log0 / _log_ppl(ppl, "perplexity"), "x": 1.0 - s_used,
+        })  # fmt: skip
+    a, b, r2 = linear_fit([r["x"] for r in rows], [r["ratio"] for r in rows])
+    for row in rows:
+        fitted = a * row.pop("x") + b
+        row["predicted_fit"] = math.exp(log0 / fitted) if fitted > 0 else math.inf
+        row["rel_error_fit"] = (row["predicted_fit"] - row["measured"]) / row["measured"]
+    return {"a": a, "b": b, "r2": r2, "rows": rows}
+
+
+# ---- effective dimension --------------------------------------------------------------------
+def dims_from_gram(gram: torch.Tensor) -> dict[str, float]:
+    """Effective dimensions from an uncentred Gram matrix G = XᵀX (d, d).
+
+    λ = eig(G) = σ² (squared singular values of X). pcaXX: fewest principal components
+    holding XX% of Σλ. erank: exp(H(p)) with p = λ/Σλ (the energy distribution, as the
+    PCA counts use). erank_sv: Roy & Vetterli's original effective rank, p = σ/Σσ.
+    width: d.
+    """
+    lam = torch.linalg.eigvalsh(gram.to(torch.float64)).flip(0).clamp_min(0.0)  # descending
+    total = lam.sum()
+    out: dict[str, float] = {"width": float(gram.shape[0])}
+    if total <= 0:
+        return out | {k: 0.0 for k in (*ENERGY_LEVELS, "erank", "erank_sv")}
+    cum = torch.cumsum(lam, 0) / total
+    for key, level in ENERGY_LEVELS.items():
+        # 1e-12 absorbs rounding in the cumulative sum at exact-rank data.
+        out[key] = float(
+            int(torch.searchsorted(cum, torch.tensor(level - 1e-12, dtype=cum.dtype))) + 1
+        )
+    out["erank"] = _entropy_rank(lam)
+    out["erank_sv"] = _entropy_rank(lam.sqrt())
+    return out
+
+
+def _entropy_rank(weights: torch.Tensor) -> float:
+    p = weights / weights.sum()
+    p = p[p > 0]
+    return math.exp(-(p * p.log()).sum().item())
+
+
+def effective_dims(hidden: torch.Tensor) -> dict[str, float]:
+    """Effective dimensions of token representations ``hidden`` (T, d) or (..., d), float64."""
+    flat = hidden.reshape(-1, hidden.shape[-1]).to(torch.float64)
+    return dims_from_gram(flat.T @ flat)
+
+
+@torch.no_grad()
+def collect_residual_dims(
+    model: Any,
+    ids: torch.Tensor,
+    device: torch.device | str = "cpu",
+    layers: str | Iterable[int] = "all",
+    batch_size: int = 8,
+) -> dict[str, Any]:
+    """Effective dimensions of the residual stream after each decoder layer on held-out ids.
+
+    ids: (N, L). A forward hook on each chosen layer accumulates G = XᵀX (d_out, d_out) in
+    float64, so no activations are stored. Only the backbone runs (no logits). The model
+    must already be on ``device``. Returns {"rows": [{layer, width, pca99, pca90, erank,
+    erank_sv}], "overall": {"mean_<key>": mean over the chosen layers, "final_<key>": the
+    last chosen layer}}. Works for sliced models (widths d′, and d for an unsliced head).
+    """
+    adapter = as_adapter(model)
+    n = adapter.n_layers
+    chosen = list(range(n)) if layers == "all" else sorted({int(i) for i in layers})  # type: ignore[union-attr]
+    if not chosen or any(not 0 <= i < n for i in chosen):
+        raise ConfigError(f"layers must be 'all' or indices in [0, {n}), got {layers!r}")
+    device = torch.device(device)
+    grams: dict[int, torch.Tensor] = {}
+
+    def make_hook(i: int):
+        def hook(_m: nn.Module, _args: tuple, out: Any) -> None:
+            h = out[0] if isinstance(out, tuple) else out  # (B, L, width)
+            flat = h.reshape(-1, h.shape[-1]).to(torch.float64)
+            if i not in grams:
+                grams[i] = torch.zeros(
+                    flat.shape[1], flat.shape[1], dtype=torch.float64, device=flat.device
+                )
+            grams[i].addmm_(flat.T, flat)
+
+        return hook
+
+    handles = [adapter.layers[i].register_forward_hook(make_hook(i)) for i in chosen]
+    try:
+        for start in range(0, ids.shape[0], batch_size):
+            adapter.backbone(input_ids=ids[start : start + batch_size].to(device), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    rows = [{"layer": i, **dims_from_gram(grams[i])} for i in chosen]
+    keys = ("pca99", "pca90", "erank", "erank_sv")
+    overall = {f"mean_{k}": sum(r[k] for r in rows) / len(rows) for k in keys}
+    overall |= {f"final_{k}": rows[-1][k] for k in keys}
+    return {"rows": rows, "overall": overall}
+
+
+def effective_relation(ppl0: float, d: float, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Test (A1) with effective dimensions: PPL = PPL₀^{d / d_eff} for any pruning method.
+
+    d: the dense model's effective dimension (e.g. its mean pca99); rows: one per run with
+    "ppl" (measured) and "d_eff" (the same statistic on the pruned model), other keys kept.
+    For SliceGPT with d_eff = d′ this is (A1) itself. Returns {"rows" (with predicted,
+    rel_error, ratio = ln PPL₀/ln PPL, dim_ratio = d_eff/d), "mean_abs_rel_error", and
+    "a", "b", "r2" of the fit ratio = a·dim_ratio + b}.
+    """
+    if not d > 0:
+        raise ConfigError(f"the dense effective dimension must be > 0, got {d}")
+    log0 = _log_ppl(ppl0, "ppl0")
+    out_rows = []
+    for row in rows:
+        if "ppl" not in row or "d_eff" not in row:
+            raise ConfigError(f"each run needs 'ppl' and 'd_eff', got keys {sorted(row)}")
+        ppl, d_eff = float(row["ppl"]), float(row["d_eff"])
+        if not d_eff > 0:
+            raise ConfigError(f"effective dimension must be > 0, got {d_eff}")
+        predicted = math.exp(log0 * d / d_eff)
+        out_rows.append({
+            **row, "measured": ppl, "predicted": predicted, "rel_error": (predicted - ppl) / ppl,
+            "ratio": log0 / _log_ppl(ppl, "perplexity"), "dim_ratio": d_eff / d,
+        })  # fmt: skip
+    if not out_rows:
+        raise ConfigError("effective_relation needs at least one run")
+    a, b, r2 = linear_fit([r["dim_ratio"] for r in out_rows], [r["ratio"] for r in out_rows])
+    mae = sum(abs(r["rel_error"]) for r in out_rows) / len(out_rows)
+    return {"rows": out_rows, "mean_abs_rel_error": mae, "a": a, "b": b, "r2": r2}

@@ -1,0 +1,110 @@
+"""Attention masks: W_Q/W_K keep masks of a run, and dense vs pruned attention on a prompt."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from core import attention_maps as am
+from core import figures
+from core.errors import PruneScopeError
+from core.store import RunRecord
+from pages.common import cli_hint, get_store, pick_run, require_frame, run_label, show_error
+
+require_frame(__file__)
+DEFAULT_PROMPT = "The cat sat on the mat because it was warm, and the dog watched it."
+MAX_COMPARE = 8
+
+store = get_store()
+st.title("Attention masks")
+st.caption(
+    "Paper B prunes W_Q and W_K so that softmax attention changes as little as possible. "
+    "Here both maps use the same layer input X (the dense model's, for your prompt): only "
+    "the run's pruned W_Q/W_K differ, which is exactly the quantity the paper's loss measures."
+)
+
+
+def with_qk(records: list[RunRecord]) -> list[RunRecord]:
+    """Finished prune runs that stored their pruned W_Q/W_K."""
+    return [r for r in records if "layer0.q" in store.load(r.id).array_keys("qk")]
+
+
+@st.cache_data(show_spinner="Running the prompt through the dense model…", max_entries=32)
+def maps(run_id: str, prompt: str, layer: int) -> tuple:
+    """(dense, pruned, tokens) for one run, layer and prompt."""
+    run = store.load(run_id)
+    lm = am.pristine_model(run)
+    x = am.prompt_input(lm, prompt, layer)
+    dense, pruned = am.attention_pair(lm, x, run, layer)
+    return dense, pruned, x.tokens
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def masks(run_id: str, layer: int) -> dict:
+    return am.keep_masks(store.load(run_id), layer)
+
+
+runs = with_qk(store.list(kind="prune", status="done"))
+if not runs:
+    cli_hint(
+        "No finished pruning run with stored W_Q/W_K yet (runs of models up to d = 2048 store them).",
+        "python -m core prune --model tiny-llama --method wanda --calib pydoc --eval pydoc",
+    )
+    st.stop()
+
+run_rec = pick_run("Run", runs, key="attn_run")
+run = store.load(run_rec.id)
+geo = run.metrics.get("model") or {}
+n_layers, n_heads = int(geo.get("n_layers", 1)), int(geo.get("n_heads", 1))
+n_kv, head_dim = int(geo.get("n_kv_heads", n_heads)), int(geo.get("head_dim", 1))
+c1, c2 = st.columns(2)
+layer = c1.slider("Layer", 0, n_layers - 1, 0, key="attn_layer") if n_layers > 1 else 0
+head = c2.slider("Query head", 0, n_heads - 1, 0, key="attn_head") if n_heads > 1 else 0
+kv_head = head // max(n_heads // n_kv, 1)
+
+st.subheader("Keep masks of this head")
+keep = masks(run.id, layer)
+if keep:
+    left, right = st.columns(2)
+    left.plotly_chart(
+        figures.mask_heatmap(am.head_rows(keep["q"], head, head_dim), f"W_Q head {head}"),
+        key="mask_q",
+    )
+    right.plotly_chart(
+        figures.mask_heatmap(am.head_rows(keep["k"], kv_head, head_dim), f"W_K kv-head {kv_head}"),
+        key="mask_k",
+    )
+    st.caption("Rows: the head's output dimensions; columns: the d input dimensions. Dark = kept.")
+
+st.subheader("Dense vs pruned attention on a prompt")
+prompt = st.text_area("Prompt", DEFAULT_PROMPT, key="attn_prompt", max_chars=400)
+try:
+    dense, pruned, tokens = maps(run.id, prompt, layer)
+except PruneScopeError as exc:
+    show_error(exc)
+    st.stop()
+st.plotly_chart(
+    figures.attention_heatmaps(
+        dense[head], pruned[head], tokens, f"Layer {layer}, head {head} ({len(tokens)} tokens)"
+    ),
+    key="attn_maps",
+)
+
+st.subheader("Approximation error per head, across methods")
+same_model = [r for r in runs if r.model == run_rec.model]
+default = [r.id for r in same_model[:MAX_COMPARE]]
+labels = {r.id: run_label(r) for r in same_model}
+series = {r.id: f"{r.method} s={r.sparsity:g} [{r.id[:4]}]" for r in same_model}
+compare = st.multiselect(
+    "Runs to compare (same model)", list(labels), default, format_func=labels.get, key="cmp"
+)
+rows = []
+for rid in compare:
+    d, p, _ = maps(rid, prompt, layer)
+    errs = am.head_errors(d, p)
+    rows += [
+        {"series": labels[rid].split("  [")[0], "head": h, "fro_rel": float(v)}
+        for h, v in enumerate(errs["fro_rel"])
+    ]
+st.plotly_chart(figures.head_error_bars(pd.DataFrame(rows)), key="head_errors")
+st.caption("‖P̃ − P‖_F / ‖P‖_F on this prompt, same X for every run (Paper B's data term).")

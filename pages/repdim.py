@@ -1,0 +1,227 @@
+"""Representation dimension (Paper A): SliceGPT sweeps, PPL vs d′ against PPL0^(d/d′), and
+every stored prune run placed by its effective dimension beside SliceGPT's points."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from core import figures, jobs
+from core.data import default_data_dir
+from core.errors import PruneScopeError
+from core.store import Run
+from pages.common import (
+    cli_hint,
+    get_store,
+    job_outcome,
+    live_progress,
+    pick_run,
+    require_frame,
+    show_error,
+)
+
+require_frame(__file__)
+
+SWEEP_HINT = "python -m core sweep --model smollm2-135m"
+# Defaults that keep a sweep of the embedded model to minutes on a CPU.
+FAST_DEFAULTS = {"nsamples": 16, "seqlen": 256, "calib_seqlen": 256, "max_windows": 16}
+PRIMARY_GROUPS = ("model", "sweep", "slicing", "slicegpt")
+SWEEP_COLUMNS = ["s", "s_eff", "d_prime", "params", "ppl", "predicted_ppl", "rel_error"]
+
+store = get_store()
+st.title("Representation dimension")
+st.caption(
+    "Paper A claims ln PPL₀ / ln PPL = 1 − s for SliceGPT, where d′ = (1 − s)·d is the kept "
+    "width of the residual stream: perplexity would be set by d′ alone, PPL = PPL₀^(d/d′). "
+    "A sweep slices the model at several s, measures PPL and fits ratio = a(1 − s) + b."
+)
+
+
+# ---- starting a sweep ------------------------------------------------------------------------------
+def option_widget(opt: jobs.CliOption) -> Any:
+    """A widget for one CLI option, starting at its default (or a faster one)."""
+    label, key, default = opt.key.replace("_", " "), f"sweep_{opt.key}", opt.default
+    default = FAST_DEFAULTS.get(opt.key, default)
+    if opt.key in ("calib", "eval", "dataset") and not default_data_dir():
+        default = "pydoc"
+    if opt.kind == "flag":
+        return st.checkbox(label, bool(default), key=key, help=opt.help)
+    if opt.kind == "choice":
+        choices = list(opt.choices or ())
+        index = choices.index(default) if default in choices else 0
+        return st.selectbox(label, choices, index=index, key=key, help=opt.help)
+    if opt.kind == "list":
+        text = st.text_area(label, "\n".join(map(str, default or [])), key=key, help=opt.help)
+        return [ln.strip() for ln in text.splitlines() if ln.strip()]
+    text = st.text_input(label, "" if default is None else str(default), key=key, help=opt.help)
+    return _typed(text.strip(), opt)
+
+
+def _typed(text: str, opt: jobs.CliOption) -> Any:
+    """The option's value from its text box; argparse reports a malformed number."""
+    cast = {"int": int, "float": float}.get(opt.kind)
+    if not text or cast is None:
+        return text or None
+    try:
+        return cast(text)
+    except ValueError:
+        return text
+
+
+def sweep_form() -> dict[str, Any] | None:
+    """A form drawn from the sweep command's own options; returns params on submit."""
+    options = jobs.cli_options("sweep")
+    main = [o for o in options if o.group.lower() in PRIMARY_GROUPS]
+    rest = [o for o in options if o not in main]
+    with st.form("sweep_form"):
+        cols = st.columns(3)
+        values = {}
+        for i, opt in enumerate(main):
+            with cols[i % 3]:
+                values[opt.key] = option_widget(opt)
+        with st.expander("Calibration, evaluation and other options"):
+            cols = st.columns(3)
+            for i, opt in enumerate(rest):
+                with cols[i % 3]:
+                    values[opt.key] = option_widget(opt)
+        submitted = st.form_submit_button("Start the sweep", type="primary")
+    return values if submitted else None
+
+
+def sweep_launcher() -> None:
+    if "sweep" not in jobs.cli_commands():
+        cli_hint(
+            "This build's CLI has no sweep command yet, so sweeps cannot be started here.",
+            SWEEP_HINT,
+        )
+        return
+    job_id = st.session_state.get("sweep_job_id")
+    status = jobs.job_status(store, job_id) if job_id else None
+    if status is None or status.finished:
+        with st.expander("Start a SliceGPT sweep", expanded=status is None):
+            try:
+                params = sweep_form()
+                if params is not None:
+                    st.session_state["sweep_job_id"] = job_id = jobs.start_job(
+                        store, "sweep", params
+                    )
+                    status = jobs.job_status(store, job_id)
+            except (PruneScopeError, ValueError) as exc:
+                show_error(exc)
+    if status is not None:
+        if status.finished:
+            job_outcome(status, result_key="sweep_run")
+        else:
+            live_progress(store, job_id)
+
+
+# ---- a stored sweep ------------------------------------------------------------------------------
+def full_width(run: Run, sweep: pd.DataFrame) -> int | None:
+    """d of the sliced model: from the run's model record, else d′/(1 − s_eff)."""
+    d = (run.metrics.get("model") or {}).get("hidden_size")
+    if d:
+        return int(d)
+    if {"s_eff", "d_prime"} <= set(sweep.columns):
+        ok = sweep[(sweep["s_eff"] < 1) & sweep["d_prime"].notna()]
+        if len(ok):
+            return round(float(ok["d_prime"].iloc[0]) / (1 - float(ok["s_eff"].iloc[0])))
+    return None
+
+
+def show_sweep(run: Run) -> None:
+    if "sweep" not in run.tables():
+        cli_hint(f"Run {run.id} has no sweep table.", SWEEP_HINT)
+        return
+    sweep, m = run.table("sweep"), run.metrics
+    ppl0, d = m.get("ppl0"), full_width(run, sweep)
+    a, b, r2 = m.get("a"), m.get("b"), m.get("r2")
+    c = st.columns(4)
+    c[0].metric("dense PPL₀", f"{ppl0:.3f}" if ppl0 else "–")
+    c[1].metric("width d", d or "–")
+    c[2].metric("fit a, b", f"{a:.3f}, {b:.3f}" if a is not None and b is not None else "–")
+    c[3].metric("fit R²", f"{r2:.3f}" if r2 is not None and math.isfinite(r2) else "–")
+    if not ppl0 or not d:
+        st.warning("This sweep lacks PPL₀ or the model width; the analytic curve cannot be drawn.")
+        st.dataframe(sweep, hide_index=True)
+        return
+    left, right = st.columns(2)
+    left.plotly_chart(figures.ppl_vs_dprime(sweep, ppl0, d, a, b), key="ppl_dprime")
+    s_col = "s_eff" if "s_eff" in sweep else "s"
+    right.plotly_chart(figures.ratio_vs_keep(sweep, ppl0, a, b, s_col), key="ratio_keep")
+    st.markdown("**Measured vs predicted perplexity** (prediction PPL₀^(d/d′), error relative)")
+    st.dataframe(
+        sweep[[c for c in SWEEP_COLUMNS if c in sweep]],
+        hide_index=True,
+        column_config={
+            "ppl": st.column_config.NumberColumn("measured ppl", format="%.3f"),
+            "predicted_ppl": st.column_config.NumberColumn("predicted ppl", format="%.3f"),
+            "rel_error": st.column_config.NumberColumn("rel. error", format="%.4f"),
+        },
+        key="sweep_table",
+    )
+
+
+# ---- effective dimension across methods --------------------------------------------------------------
+def effdim_points(sweep_run: Run | None) -> pd.DataFrame:
+    """One row per prune run (summary eff_dim_* keys) plus SliceGPT's points when recorded."""
+    rows = []
+    for rec in store.list(kind="prune", status="done"):
+        dims = {k: v for k, v in rec.summary.items() if figures.is_dim_key(k) and _num(v)}
+        if dims and _num(rec.summary.get("ppl")):
+            rows.append(
+                {
+                    "run_id": rec.id,
+                    "method": rec.method,
+                    "sparsity": rec.sparsity,
+                    "ppl": rec.summary["ppl"],
+                    "model": rec.model,
+                    **dims,
+                }
+            )
+    if sweep_run is not None:
+        for name in ("effdim_compare", "sweep"):
+            if name in sweep_run.tables():
+                t = sweep_run.table(name)
+                if any(figures.is_dim_key(c) for c in t.columns):
+                    t = t.assign(method=t.get("method", "slicegpt"))
+                    if "sparsity" not in t:
+                        t = t.assign(sparsity=t.get("s_eff", t.get("s")))
+                    rows += t.to_dict("records")
+    return pd.DataFrame(rows)
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, int | float) and math.isfinite(v)
+
+
+def show_effdim(points: pd.DataFrame) -> None:
+    dims = sorted({c for c in points.columns if figures.is_dim_key(c)})
+    if points.empty or not dims:
+        cli_hint(
+            "No stored run records an effective dimension yet.",
+            "python -m core prune --model smollm2-135m --method wanda --sparsity 0.5",
+        )
+        return
+    x = st.selectbox("Dimension measure", dims, key="effdim_measure")
+    st.plotly_chart(figures.effdim_scatter(points, x=x), key="effdim_scatter")
+    st.caption(
+        "Unstructured methods keep the width d but can shrink the residual stream's effective "
+        "dimension; SliceGPT sets it directly. Paper A's question is whether PPL follows it."
+    )
+
+
+# ---- page ------------------------------------------------------------------------------------------------
+sweep_launcher()
+st.subheader("Stored sweeps")
+sweeps = store.list(kind="sweep", status="done")
+sweep_run = None
+if sweeps:
+    sweep_run = store.load(pick_run("Sweep", sweeps, key="sweep_run").id)
+    show_sweep(sweep_run)
+else:
+    cli_hint("No finished SliceGPT sweep in the store yet.", SWEEP_HINT)
+st.subheader("Effective dimension of every stored run")
+show_effdim(effdim_points(sweep_run))

@@ -1,0 +1,75 @@
+"""Runs: every stored run in one sortable table; compare, delete or export a selection."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import streamlit as st
+
+from core import figures, jobs
+from core.errors import PruneScopeError
+from pages.common import get_store, require_frame, runs_frame, show_error
+
+require_frame(__file__)
+store = get_store()
+st.title("Stored runs")
+st.caption(
+    f"Everything PruneScope has computed lives in `{store.root}`. Select rows to compare "
+    "them on one chart, export them, or delete them. Click a column header to sort."
+)
+
+records = store.list()
+if not records:
+    st.info("The store is empty. Start a run on the Prune page or with `python -m core prune`.")
+    st.stop()
+
+table = runs_frame(records)
+selection = st.dataframe(
+    table,
+    key="runs_table",
+    hide_index=True,
+    on_select="rerun",
+    selection_mode="multi-row",
+    column_config={
+        "created": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm"),
+        "sparsity": st.column_config.NumberColumn(format="%.2f"),
+        "ppl": st.column_config.NumberColumn("ppl", format="%.3f"),
+        "dense_ppl": st.column_config.NumberColumn("dense ppl", format="%.3f"),
+        "achieved_sparsity": st.column_config.NumberColumn("achieved", format="%.3f"),
+        "prune_seconds": st.column_config.NumberColumn("prune s", format="%.1f"),
+    },
+)
+rows = selection.selection.rows if selection is not None else []
+chosen = table.iloc[rows] if rows else table
+st.caption(f"{len(rows)} selected" if rows else "No row selected: the chart shows every run.")
+
+st.subheader("Perplexity vs sparsity")
+st.plotly_chart(figures.ppl_vs_sparsity(figures.compare_frame(chosen)), key="compare_chart")
+
+if rows:
+    ids = list(table.iloc[rows]["id"])
+    done_ids = list(table.iloc[rows].query("status == 'done'")["id"])
+    st.session_state["selected_run"] = ids[0]
+    c1, c2 = st.columns(2)
+    with c1:
+        if done_ids:
+            st.download_button(
+                f"Export {len(done_ids)} finished run(s) as zip",
+                partial(jobs.export_runs, store, done_ids),
+                file_name="prunescope-runs.zip",
+                mime="application/zip",
+            )
+    with c2:
+        confirm = st.checkbox(f"Yes, delete {len(ids)} run(s)", key="confirm_delete")
+        if st.button("Delete selected", disabled=not confirm, type="primary"):
+            try:
+                for run_id in ids:
+                    jobs.delete_run(store, run_id)
+            except PruneScopeError as exc:
+                show_error(exc)
+            else:
+                st.toast(f"Deleted {len(ids)} run(s)")
+                st.rerun()
+    failed = table.iloc[rows].query("status != 'done' and error == error")
+    for _, row in failed.iterrows():
+        st.error(f"{row['id']} ({row['status']}): {row['error']}")

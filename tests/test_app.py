@@ -1,0 +1,331 @@
+"""The Streamlit app through AppTest: every page, a real prune job on tiny-llama, error paths.
+
+Stored runs other than the job's are written directly with RunStore (synthetic tables, the
+tiny model's real W_Q/W_K), so the pages are checked without the slow methods.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig, RunConfig
+from core.models import load_model
+from core.store import RunStore
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+PAGES = ["home", "prune", "repdim", "attention", "assumptions", "runs"]
+TINY = ModelSpec("tiny-llama", "cpu", "float32")
+
+
+# ---- helpers ----------------------------------------------------------------------------------------
+def open_page(name: str, timeout: float = 60) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    at.run()
+    if name != "home":
+        at.switch_page(f"pages/{name}.py")
+        at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def texts(elements) -> str:
+    return "\n".join(str(e.value) for e in elements)
+
+
+def button(at: AppTest, label: str):
+    return next(b for b in at.button if b.label == label)
+
+
+def fake_prune(store: RunStore, method: str, sparsity: float, keep_q: bool = True) -> str:
+    """A finished prune run of tiny-llama with real pruned W_Q/W_K (magnitude masks)."""
+    prune = PruneConfig(method, sparsity, options=(("scope", "row"),))
+    cfg = RunConfig(
+        "prune",
+        TINY,
+        EvalConfig(DataSpec("pydoc"), 64, 4),
+        CalibConfig(DataSpec("pydoc", "train"), 4, 64),
+        prune,
+    )
+    lm = load_model("tiny-llama")
+    qk = {}
+    for i, layer in enumerate(lm.adapter.layers):
+        for role, lin in lm.adapter.linears(layer, ("q", "k")).items():
+            w = lin.weight.detach().clone()
+            thr = w.abs().quantile(sparsity)
+            qk[f"layer{i}.{role}"] = torch.where(w.abs() > thr, w, 0).half()
+    layers = [
+        {
+            "layer": i,
+            "role": r,
+            "target_sparsity": sparsity,
+            "achieved_sparsity": sparsity,
+            "rel_error": 0.1 * (i + 1),
+            "seconds": 0.01,
+        }
+        for i in range(4)
+        for r in "qkvo"
+    ]
+    with store.begin(cfg) as w:
+        w.write_table("layers", layers)
+        if keep_q:
+            w.write_arrays("qk", qk)
+        w.commit(
+            {
+                "dense_ppl": 250.0,
+                "ppl": 250.0 + 100 * sparsity,
+                "achieved_sparsity": sparsity,
+                "decoder_sparsity": sparsity,
+                "prune_seconds": 1.0,
+                "effdim_mean_erank": 20 - sparsity,
+                "model": lm.adapter.describe(),
+                "data": {"dataset": "pydoc", "comparable": False},
+            }
+        )
+    return cfg.run_id
+
+
+def fake_gd(store: RunStore) -> str:
+    prune = PruneConfig("attention-gd", 0.5, targets="qk", options=(("lam", 0.001),))
+    cfg = RunConfig(
+        "prune",
+        TINY,
+        EvalConfig(DataSpec("pydoc"), 64, 4),
+        CalibConfig(DataSpec("pydoc", "train"), 4, 64),
+        prune,
+    )
+    steps = np.arange(6)
+    traj, heads = [], []
+    for layer in range(2):
+        for matrix, head in [("group", -1), ("q", 0), ("q", 1), ("k", -1)]:
+            loss = 1e-2 * 0.5**steps + 1e-4
+            traj += [
+                {
+                    "layer": layer,
+                    "group": 0,
+                    "matrix": matrix,
+                    "head": head,
+                    "step": int(t),
+                    "loss": float(loss[t]),
+                    "grad_norm": float(loss[t]) * 3,
+                    "step_size": 500.0,
+                    "lipschitz_est": 1e-3,
+                    "pl_ratio": 1e-3,
+                }
+                for t in steps
+            ]
+            heads.append(
+                {
+                    "layer": layer,
+                    "group": 0,
+                    "matrix": matrix,
+                    "head": head,
+                    "verdict": "as_predicted" if head != 1 else "slower_than_pl",
+                    "mu": 1e-3,
+                    "lipschitz_max": 1e-3,
+                    "lipschitz_bound": 2e4,
+                    "step_size": 500.0,
+                    "rate_obs": 0.5,
+                    "rate_pred": 0.5,
+                    "fit_r2": 0.99,
+                    "attn_fro_rel": 0.01,
+                }
+            )
+    with store.begin(cfg) as w:
+        w.write_table("gd_trajectory", traj)
+        w.write_table("gd_heads", heads)
+        w.commit({"dense_ppl": 250.0, "ppl": 251.0, "achieved_sparsity": 0.5})
+    return cfg.run_id
+
+
+def fake_sweep(store: RunStore) -> str:
+    cfg = RunConfig("sweep", TINY, extra=(("grid", (0.25, 0.5)),))
+    d, ppl0 = 64, 20.0
+    rows = [
+        {
+            "s": s,
+            "s_eff": s,
+            "d_prime": int(d * (1 - s)),
+            "params": 1000,
+            "ppl": ppl0 ** (1 / (1 - s)) * 1.1,
+            "predicted_ppl": ppl0 ** (1 / (1 - s)),
+            "rel_error": -0.09,
+            "eff_dim_erank": 10.0 * (1 - s),
+        }
+        for s in (0.25, 0.5)
+    ]
+    with store.begin(cfg) as w:
+        w.write_table("sweep", rows)
+        w.commit({"ppl0": ppl0, "a": 0.95, "b": 0.0, "r2": 0.98, "model": {"hidden_size": d}})
+    return cfg.run_id
+
+
+@pytest.fixture
+def filled_store(store) -> dict[str, str]:
+    return {
+        "wanda": fake_prune(store, "wanda", 0.5),
+        "magnitude": fake_prune(store, "magnitude", 0.3),
+        "gd": fake_gd(store),
+        "sweep": fake_sweep(store),
+    }
+
+
+# ---- pages on an empty store --------------------------------------------------------------------------
+def test_home_page_says_what_device_and_models(store_root) -> None:
+    at = open_page("home")
+    body = texts(at.markdown) + texts(at.warning) + texts(at.success)
+    assert "PruneScope prunes" in body
+    assert ("CPU" in body and "slower" in body) or "GPU" in body
+    assert "smollm2-135m" in body and body.index("smollm2-135m") < body.index("tiny-llama")
+    formulas = texts(at.latex)
+    assert r"\operatorname{RMSNorm}" in formulas and r"1 - s" in formulas
+    assert r"\tfrac12 \lambda" in formulas and r"\eta \nabla L" in formulas
+
+
+@pytest.mark.parametrize("page", PAGES[1:])
+def test_pages_render_on_an_empty_store(store_root, page) -> None:
+    at = open_page(page)
+    assert not at.error
+    if page in ("repdim", "attention", "assumptions"):
+        assert "python -m core" in texts(at.info)  # which command produces the data
+
+
+# ---- pages with stored runs ------------------------------------------------------------------------------
+def test_prune_page_shows_a_stored_result(filled_store) -> None:
+    at = open_page("prune")
+    at.selectbox(key="result_run").set_value(filled_store["wanda"])
+    at.run()
+    assert "dense perplexity" in [m.label for m in at.metric]
+    assert len(at.get("plotly_chart")) == 2
+    assert any("CSV" in b.label for b in at.get("download_button"))
+
+
+def test_attention_page_draws_masks_maps_and_head_errors(filled_store) -> None:
+    at = open_page("attention")
+    charts = at.get("plotly_chart")
+    assert len(charts) == 4  # W_Q mask, W_K mask, attention triptych, per-head errors
+    at.slider(key="attn_layer").set_value(2)
+    at.slider(key="attn_head").set_value(3)
+    at.text_area(key="attn_prompt").set_value("def f(x): return x + 1")
+    at.run()
+    assert not at.exception and not at.error
+    assert len(at.multiselect(key="cmp").value) == 2  # both runs of the same model compared
+
+
+def test_attention_page_rejects_an_empty_prompt(filled_store) -> None:
+    at = open_page("attention")
+    at.text_area(key="attn_prompt").set_value("   ")
+    at.run()
+    assert "prompt" in texts(at.error)
+
+
+def test_assumptions_page_trajectories_and_summary(filled_store) -> None:
+    at = open_page("assumptions")
+    assert len(at.get("plotly_chart")) == 1
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["query heads converging as predicted"] == "2 / 4"
+    at.selectbox(key="gd_layer").set_value(1)
+    at.run()
+    assert not at.exception
+
+
+def test_repdim_page_sweep_charts_table_and_effdim(filled_store) -> None:
+    at = open_page("repdim")
+    assert len(at.get("plotly_chart")) == 3  # ppl vs d′, ratio vs 1−s, effective dimension
+    assert {m.label: m.value for m in at.metric}["width d"] == "64"
+    assert len(at.dataframe) == 1
+
+
+def test_runs_page_lists_every_run(filled_store) -> None:
+    at = open_page("runs")
+    table = at.dataframe[0].value
+    assert set(filled_store.values()) <= set(table["id"])
+    assert len(at.get("plotly_chart")) == 1
+
+
+# ---- a real job through the Prune page ----------------------------------------------------------------------
+def fill_prune_form(at: AppTest, **values) -> None:
+    settings = {
+        "model": "tiny-llama",
+        "calib": "pydoc",
+        "eval": "pydoc",
+        "nsamples": 4,
+        "calib_seqlen": 64,
+        "windows": 4,
+        "seqlen": 64,
+        "device": "cpu",
+        **values,
+    }
+    for key, value in settings.items():
+        widget = (
+            at.selectbox(key=key)
+            if key in ("model", "calib", "eval", "device", "method", "pattern")
+            else None
+        )
+        if widget is None and key in ("custom_model", "options"):
+            widget = at.text_input(key=key) if key == "custom_model" else at.text_area(key=key)
+        if widget is None:
+            widget = at.number_input(key=key)
+        widget.set_value(value)
+    button(at, "Run").click()
+    at.run()
+
+
+def wait_for_job(at: AppTest, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if at.success or at.error or at.warning:
+            return
+        time.sleep(0.5)
+        at.run()
+    raise TimeoutError("the job did not finish")
+
+
+def test_prune_job_runs_live_and_shows_results(store) -> None:
+    at = open_page("prune")
+    fill_prune_form(at)
+    assert not at.error, texts(at.error)
+    job_id = at.session_state["job_id"]
+    wait_for_job(at)
+    assert not at.error, texts(at.error)
+    assert job_id in texts(at.success)
+    assert store.get(job_id).status == "done"
+    metrics = {m.label: m.value for m in at.metric}
+    assert float(metrics["pruned perplexity"]) > 0 and metrics["achieved sparsity"] == "50.0%"
+    assert len(at.get("plotly_chart")) == 2
+
+
+def test_failed_job_shows_one_error(store) -> None:
+    at = open_page("prune")
+    fill_prune_form(
+        at, model="other (local folder or Hugging Face id)", custom_model="no-org/missing-model-xyz"
+    )
+    wait_for_job(at)
+    assert len(at.error) == 1 and "missing-model-xyz" in at.error[0].value
+    assert [r for r in store.list() if r.status == "running"] == []
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"method": "attention-gd", "pattern": "2:4"}, "N:M"),
+        (
+            {"model": "other (local folder or Hugging Face id)", "custom_model": "./nope"},
+            "does not exist",
+        ),
+        ({"calib": "upload a text file"}, "choose a .txt or .jsonl file"),
+        ({"options": "lam 0.1"}, "KEY=VALUE"),
+        ({"model": "other (local folder or Hugging Face id)", "custom_model": ""}, "empty"),
+    ],
+)
+def test_bad_input_shows_one_error_and_stores_nothing(store, values, message) -> None:
+    at = open_page("prune")
+    fill_prune_form(at, **values)
+    assert len(at.error) == 1 and message in at.error[0].value
+    assert "job_id" not in at.session_state
+    assert store.list() == []

@@ -1,0 +1,91 @@
+"""End to end in a real browser: streamlit run app.py + Debian's Chromium via Playwright.
+
+Prunes tiny-llama from the Prune page, waits for the perplexity result, opens Attention
+masks and sees heatmaps, and triggers one bad input. Screenshots go to
+$PRUNESCOPE_SCREENSHOTS (default: a temp folder). Slow: run with ``make test``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from appserver import (
+    CHROMIUM,
+    choose,
+    chromium_page,
+    open_page,
+    streamlit_server,
+    wait_charts,
+    wait_idle,
+)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing (apt-get install chromium)"
+    ),
+]
+
+
+@pytest.fixture
+def shots(tmp_path) -> Path:
+    out = Path(os.environ.get("PRUNESCOPE_SCREENSHOTS") or tmp_path / "screenshots")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def set_number(page, label: str, value: int) -> None:
+    box = page.get_by_label(label, exact=True)
+    box.fill(str(value))
+    box.press("Tab")
+
+
+def test_prune_then_attention_then_a_bad_input(tmp_path, shots) -> None:
+    pytest.importorskip("playwright")
+    with (
+        streamlit_server(tmp_path / "store", tmp_path / "server.log") as url,
+        chromium_page() as page,
+    ):
+        open_page(page, url, "Prune")
+        choose(page, "Model", "tiny-llama")
+        choose(page, "Device", "cpu")
+        page.get_by_text("Calibration and evaluation data").click()
+        choose(page, "Calibration corpus", "pydoc")
+        choose(page, "Evaluation corpus", "pydoc")
+        for label, value in [
+            ("Calibration sequences", 4),
+            ("Tokens per sequence", 64),
+            ("Evaluation windows", 4),
+            ("Window length (tokens)", 64),
+        ]:
+            set_number(page, label, value)
+        page.get_by_role("button", name="Run").click()
+        page.get_by_text(re.compile(r"Run `[0-9a-f]{16}` finished")).wait_for(timeout=240_000)
+        wait_idle(page)
+        wait_charts(page)
+        assert page.get_by_text("pruned perplexity").first.is_visible()
+        page.screenshot(path=str(shots / "e2e-prune-result.png"), full_page=True)
+
+        open_page(page, url, "Attention masks")
+        charts = page.locator("[data-testid='stPlotlyChart']")
+        assert charts.count() >= 3  # two keep masks and the dense / pruned / difference maps
+        assert page.locator("[data-testid='stPlotlyChart'] .heatmaplayer").count() >= 3
+        page.screenshot(path=str(shots / "e2e-attention.png"), full_page=True)
+
+        open_page(page, url, "Prune")
+        choose(page, "Method", "attention-gd")
+        choose(page, "Pattern", "2:4")
+        page.get_by_role("button", name="Run").click()
+        error = page.locator("[data-testid='stAlertContentError']")
+        error.first.wait_for(timeout=30_000)
+        assert error.count() == 1 and "N:M" in error.first.inner_text()
+        page.screenshot(path=str(shots / "e2e-bad-input.png"), full_page=True)
+    assert not any(
+        "Traceback" in line for line in (tmp_path / "server.log").read_text().splitlines()
+    )

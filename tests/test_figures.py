@@ -1,0 +1,270 @@
+"""Figure builders: pure pandas/numpy in, plotly figures out; block averaging is exact."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from core import figures
+
+
+def traces(fig, kind: str | None = None) -> list:
+    return [t for t in fig.data if kind is None or t.type == kind]
+
+
+# ---- block_average ---------------------------------------------------------------------------------
+def test_block_average_small_is_unchanged() -> None:
+    m = np.eye(4)
+    dens, tile = figures.block_average(m, max_cells=16)
+    assert tile == (1, 1)
+    np.testing.assert_array_equal(dens, m)
+
+
+def test_block_average_exact_tiles() -> None:
+    m = np.zeros((4, 4))
+    m[:2, :2] = 1
+    m[2:, 2:] = [[1, 0], [0, 0]]
+    dens, tile = figures.block_average(m, max_cells=4)
+    assert tile == (2, 2)
+    np.testing.assert_allclose(dens, [[1.0, 0.0], [0.0, 0.25]])
+
+
+def test_block_average_partial_edge_tiles_average_what_they_cover() -> None:
+    m = np.arange(25, dtype=float).reshape(5, 5)
+    dens, (br, bc) = figures.block_average(m, max_cells=4)
+    assert dens.shape == (2, 2) and br == bc == 3
+    assert dens[0, 0] == pytest.approx(m[:3, :3].mean())
+    assert dens[1, 1] == pytest.approx(m[3:, 3:].mean())  # a 2×2 edge tile
+
+
+def test_block_average_large_mask_bounded_and_density_kept() -> None:
+    rng = np.random.default_rng(0)
+    mask = rng.random((4096, 1433)) < 0.3
+    dens, (br, bc) = figures.block_average(mask, max_cells=128 * 128)
+    assert dens.size <= 128 * 128
+    assert dens.min() >= 0 and dens.max() <= 1
+    # tiles are equal except at the edges: the tile-weighted mean is the mask's mean
+    rows = np.diff(np.append(np.arange(0, 4096, br), 4096))
+    cols = np.diff(np.append(np.arange(0, 1433, bc), 1433))
+    weights = np.outer(rows, cols)
+    assert (dens * weights).sum() / weights.sum() == pytest.approx(mask.mean())
+
+
+@pytest.mark.parametrize("bad", [np.zeros(3), np.zeros((2, 2, 2))])
+def test_block_average_rejects_non_2d(bad) -> None:
+    with pytest.raises(ValueError):
+        figures.block_average(bad)
+
+
+def test_mask_heatmap_is_bounded_and_titled() -> None:
+    mask = np.ones((300, 500), dtype=bool)
+    mask[:, :250] = False
+    fig = figures.mask_heatmap(mask, "W_Q", max_cells=1000)
+    z = np.asarray(fig.data[0].z)
+    assert z.size <= 1000
+    assert "50.0% kept" in fig.layout.title.text and "tiles" in fig.layout.title.text
+
+
+# ---- perplexity charts ------------------------------------------------------------------------------
+def test_ppl_vs_sparsity_one_line_per_series_and_dense_level() -> None:
+    df = pd.DataFrame(
+        {
+            "method": ["wanda", "wanda", "magnitude"],
+            "sparsity": [0.5, 0.3, 0.5],
+            "ppl": [30.0, 22.0, 80.0],
+            "dense_ppl": [20.0, 20.0, 20.0],
+        }
+    )
+    fig = figures.ppl_vs_sparsity(df)
+    names = [t.name for t in fig.data]
+    assert {"wanda", "magnitude"} <= set(names)
+    assert any(n.startswith("dense") for n in names)
+    wanda = next(t for t in fig.data if t.name == "wanda")
+    assert list(wanda.x) == [0.3, 0.5]  # sorted by sparsity
+    assert fig.layout.yaxis.type == "log"
+
+
+def test_empty_inputs_give_a_message_not_an_error() -> None:
+    for fig in (
+        figures.ppl_vs_sparsity(pd.DataFrame()),
+        figures.layer_error_bars(pd.DataFrame()),
+        figures.effdim_scatter(pd.DataFrame()),
+        figures.gd_trajectories(pd.DataFrame()),
+        figures.head_error_bars(pd.DataFrame()),
+    ):
+        assert fig.layout.annotations and not fig.data
+
+
+def test_layer_bars_one_trace_per_role() -> None:
+    layers = pd.DataFrame(
+        {
+            "layer": [0, 0, 1, 1],
+            "role": ["q", "k", "q", "k"],
+            "achieved_sparsity": [0.5, 0.5, 0.5, 0.5],
+            "target_sparsity": [0.5] * 4,
+            "rel_error": [0.1, 0.2, 0.15, 0.25],
+        }
+    )
+    fig = figures.layer_sparsity_bars(layers)
+    assert [t.name for t in traces(fig, "bar")] == ["q", "k"]
+    err = figures.layer_error_bars(layers, log_y=True)
+    assert err.layout.yaxis.type == "log"
+    assert list(traces(err, "bar")[1].y) == [0.2, 0.25]
+
+
+def test_analytic_and_fitted_relations() -> None:
+    assert figures.analytic_ppl(20.0, 576, np.array([576]))[0] == pytest.approx(20.0)
+    assert figures.analytic_ppl(20.0, 576, np.array([288]))[0] == pytest.approx(400.0)
+    grid = np.array([200.0, 400.0, 576.0])
+    np.testing.assert_allclose(
+        figures.fitted_ppl(20.0, 576, grid, 1.0, 0.0), figures.analytic_ppl(20.0, 576, grid)
+    )
+    assert np.isnan(figures.fitted_ppl(20.0, 576, np.array([100.0]), -1.0, 0.0)[0])
+
+
+def test_ppl_vs_dprime_draws_analytic_fit_measured_dense() -> None:
+    sweep = pd.DataFrame({"d_prime": [512, 400, 288], "ppl": [25.0, 60.0, 350.0]})
+    fig = figures.ppl_vs_dprime(sweep, ppl0=20.0, d=576, a=0.9, b=0.05)
+    names = [t.name for t in fig.data]
+    assert names[0].startswith("analytic") and fig.data[0].line.dash == "dash"
+    assert any(n.startswith("fit") for n in names)
+    assert any("measured" in n for n in names) and any(n.startswith("dense") for n in names)
+    assert fig.layout.yaxis.type == "log"
+    no_fit = figures.ppl_vs_dprime(sweep, 20.0, 576)
+    assert not any(t.name.startswith("fit") for t in no_fit.data)
+
+
+def test_ratio_vs_keep_identity_and_points() -> None:
+    sweep = pd.DataFrame({"s_eff": [0.25, 0.5], "ppl": [20.0**1.5, 400.0]})
+    fig = figures.ratio_vs_keep(sweep, 20.0)
+    measured = next(t for t in fig.data if t.name == "measured")
+    np.testing.assert_allclose(measured.x, [0.75, 0.5])
+    np.testing.assert_allclose(measured.y, [1 / 1.5, 0.5])
+
+
+def test_effdim_scatter_groups_methods_and_drops_missing() -> None:
+    pts = pd.DataFrame(
+        {
+            "method": ["wanda", "slicegpt", "slicegpt", "magnitude"],
+            "eff_dim": [300.0, 200.0, 400.0, np.nan],
+            "ppl": [30.0, 80.0, 25.0, 50.0],
+            "sparsity": [0.5, 0.5, 0.25, 0.5],
+        }
+    )
+    fig = figures.effdim_scatter(pts)
+    assert sorted(t.name for t in fig.data) == ["slicegpt", "wanda"]
+    sliced = next(t for t in fig.data if t.name == "slicegpt")
+    assert sliced.marker.symbol == "diamond" and list(sliced.x) == [200.0, 400.0]
+
+
+# ---- attention and GD ----------------------------------------------------------------------------------
+def test_attention_heatmaps_three_panels_token_axes_causal_blank() -> None:
+    L = 5
+    dense = np.tril(np.ones((L, L)))
+    dense /= dense.sum(1, keepdims=True)
+    pruned = dense.copy()
+    pruned[4] = [0.5, 0.5, 0, 0, 0]
+    tokens = ["a", "b", "a", "c", "d"]
+    fig = figures.attention_heatmaps(dense, pruned, tokens, "head 0")
+    maps = traces(fig, "heatmap")
+    assert len(maps) == 3
+    assert list(fig.layout.xaxis.ticktext) == tokens  # repeated tokens stay apart
+    assert np.isnan(np.asarray(maps[0].z, dtype=float)[0, 1])  # above the diagonal
+    diff = np.asarray(maps[2].z, dtype=float)
+    assert diff[4, 0] == pytest.approx(0.5 - 0.2)
+    assert maps[2].zmin == -maps[2].zmax  # symmetric diverging scale
+
+
+def test_head_error_bars_grouped_by_series() -> None:
+    errs = pd.DataFrame(
+        {
+            "series": ["wanda s=0.5", "wanda s=0.5", "magnitude s=0.5"] * 1,
+            "head": [0, 1, 0],
+            "fro_rel": [0.1, 0.2, 0.3],
+        }
+    )
+    fig = figures.head_error_bars(errs)
+    assert sorted(t.name for t in fig.data) == ["magnitude s=0.5", "wanda s=0.5"]
+    assert fig.layout.barmode == "group"
+
+
+def test_gd_trajectories_panels_and_theory_lines() -> None:
+    steps = np.arange(5)
+    traj = pd.DataFrame(
+        {
+            "step": np.tile(steps, 2),
+            "block": ["q head 0"] * 5 + ["k"] * 5,
+            "loss": np.r_[2.0**-steps, 3.0**-steps],
+            "grad_norm": 1.0,
+            "lipschitz_est": 2.0,
+            "pl_ratio": [0.5, 0.4, 0.0, np.nan, 0.3] * 2,
+        }
+    )
+    theory = {"lipschitz_est": {"upper bound": 10.0, "bad": float("nan")}, "pl_ratio": {"μ̂": 0.3}}
+    fig = figures.gd_trajectories(traj, theory)
+    lines = [t for t in fig.data if t.name and "=" in t.name]
+    assert sorted(t.name.split(" =")[0] for t in lines) == ["upper bound", "μ̂"]
+    data_traces = [t for t in fig.data if t not in lines]
+    assert len(data_traces) == 2 * 4  # two blocks × four panels
+    pl = next(t for t in data_traces if t.yaxis == "y4")
+    assert np.isnan(pl.y[2])  # zero dropped on a log axis
+    assert all(fig.layout[f"yaxis{i}"].type == "log" for i in ("", "2", "3", "4"))
+
+
+# ---- frames ---------------------------------------------------------------------------------------------
+def test_compare_frame_keeps_finished_prunes_and_names_series() -> None:
+    runs = pd.DataFrame(
+        {
+            "id": ["a", "b", "c", "d"],
+            "kind": ["prune", "prune", "eval", "prune"],
+            "status": ["done", "done", "done", "failed"],
+            "model": ["m", "m", "m", "m"],
+            "method": ["wanda", "wanda", None, "wanda"],
+            "sparsity": [0.5, 0.5, None, 0.5],
+            "pattern": ["unstructured", "2:4", None, "unstructured"],
+            "ppl": [30.0, 40.0, 20.0, None],
+            "achieved_sparsity": [0.49, None, None, None],
+            "dense_ppl": [20.0, 20.0, None, None],
+        }
+    )
+    out = figures.compare_frame(runs)
+    assert list(out["run_id"]) == ["a", "b"]
+    assert list(out["series"]) == ["wanda", "wanda 2:4"]
+    assert list(out["sparsity"]) == [0.49, 0.5]
+
+
+def test_series_colors_distinct_when_a_method_repeats() -> None:
+    unique = figures.series_colors(["wanda", "magnitude"])
+    assert unique["wanda"] == figures.METHOD_COLORS["wanda"]
+    repeated = figures.series_colors(["wanda s=0.3", "wanda s=0.5"])
+    assert len(set(repeated.values())) == 2
+
+
+def test_figures_and_jobs_do_not_import_streamlit() -> None:
+    code = (
+        "import sys, core.figures, core.jobs, core.attention_maps; "
+        "assert 'streamlit' not in sys.modules; import core.figures as f; "
+        "assert 'torch' not in f.__dict__"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_effdim_layers_and_dimension_key_names() -> None:
+    assert figures.is_dim_key("eff_dim_pca99") and figures.is_dim_key("mean_erank")
+    assert figures.is_dim_key("effdim_final_erank_sv")
+    assert figures.is_dim_key("pca90") and not figures.is_dim_key("ppl")
+    effdim = pd.DataFrame(
+        {
+            "layer": [0, 1],
+            "width": [64, 64],
+            "pca99": [40, 42],
+            "erank": [20.0, 21.0],
+            "seconds": [0.1, 0.1],
+        }
+    )
+    fig = figures.effdim_layers(effdim)
+    assert [t.name for t in fig.data] == ["pca99", "erank", "width"]

@@ -1,0 +1,192 @@
+"""Background jobs: argv building, validation before launch, status, cancel, failure, clean-up."""
+
+from __future__ import annotations
+
+import json
+import time
+import zipfile
+from io import BytesIO
+
+import pytest
+
+from core import jobs
+from core.errors import ConfigError
+from core.store import RunStore
+
+TINY = {
+    "model": "tiny-llama",
+    "method": "wanda",
+    "sparsity": 0.5,
+    "calib": "pydoc",
+    "eval": "pydoc",
+    "nsamples": 4,
+    "seqlen": 64,
+    "max_windows": 4,
+    "device": "cpu",
+}
+
+
+def wait(store: RunStore, job_id: str, timeout: float = 120.0) -> jobs.JobStatus:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = jobs.job_status(store, job_id)
+        if status.finished:
+            return status
+        time.sleep(0.25)
+    raise TimeoutError(f"job {job_id} still {status.state} after {timeout} s")
+
+
+# ---- pure parts -------------------------------------------------------------------------------------
+def test_job_argv_flags_lists_and_omissions() -> None:
+    argv = jobs.job_argv(
+        "prune",
+        {
+            "max_windows": 16,
+            "json": True,
+            "force": False,
+            "save": None,
+            "data_dir": "",
+            "option": ["lam=0.1", "steps=3"],
+            "sparsity": 0.5,
+        },
+    )
+    assert argv == [
+        "prune",
+        "--max-windows",
+        "16",
+        "--json",
+        "--option",
+        "lam=0.1",
+        "--option",
+        "steps=3",
+        "--sparsity",
+        "0.5",
+    ]
+
+
+def test_parse_job_turns_argparse_exit_into_config_error() -> None:
+    with pytest.raises(ConfigError, match="invalid float value"):
+        jobs.parse_job(["prune", "--sparsity", "half"])
+    with pytest.raises(ConfigError):
+        jobs.parse_job(["no-such-command"])
+
+
+def test_cli_options_describe_the_prune_command() -> None:
+    opts = {o.key: o for o in jobs.cli_options("prune")}
+    assert opts["sparsity"].kind == "float" and opts["sparsity"].default == 0.5
+    assert opts["allocation"].kind == "choice" and "owl" in opts["allocation"].choices
+    assert opts["option"].kind == "list" and opts["trust_remote_code"].kind == "flag"
+    assert "store" not in opts and "json" not in opts  # set by the job itself
+    assert "prune" in jobs.cli_commands()
+    with pytest.raises(ConfigError, match="no 'nope' command"):
+        jobs.cli_options("nope")
+
+
+def test_stage_eta_from_the_current_stage_only() -> None:
+    ev = [
+        {"t": 0.0, "stage": "eval", "done": 0, "total": 2},
+        {"t": 5.0, "stage": "eval", "done": 2, "total": 2},
+        {"t": 10.0, "stage": "prune", "done": 0, "total": 4},
+        {"t": 12.0, "stage": "prune", "done": 1, "total": 4},
+    ]
+    assert jobs.stage_eta(ev, now=12.0) == pytest.approx(6.0)  # 2 s/layer × 3 layers
+    assert jobs.stage_eta(ev, now=13.0) == pytest.approx(5.0)
+    assert jobs.stage_eta(ev[:3], now=11.0) is None  # no step finished yet
+    assert jobs.stage_eta(ev[:2], now=6.0) == 0.0
+    assert jobs.stage_eta([], now=0.0) is None
+
+
+def test_log_error_and_log_result(tmp_path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("progress...\nerror: sparsity must be in [0, 1), got 2.0\n")
+    assert jobs.log_error(log) == "sparsity must be in [0, 1), got 2.0"
+    log.write_text("Traceback (most recent call last):\n  File x\nRuntimeError: out of memory\n")
+    assert jobs.log_error(log) == "RuntimeError: out of memory"
+    log.write_text('{"run_id": "abc", "cached": true}\n')
+    assert jobs.log_error(log) is None and jobs.log_result(log)["run_id"] == "abc"
+    assert jobs.log_result(tmp_path / "missing.log") == {}
+
+
+def test_read_progress_skips_old_and_broken_lines(tmp_path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"t": 1, "stage": "a"}\nnot json\n{"t": 5, "stage": "b"}\n')
+    assert [e["stage"] for e in jobs.read_progress(path, since=2)] == ["b"]
+
+
+# ---- validation before launch ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"method": "nope"}, "unknown method"),
+        ({"sparsity": 1.5}, r"sparsity must be in \[0, 1\)"),
+        ({"method": "attention-gd", "pattern": "2:4"}, "does not support N:M"),
+        ({"method": "slicegpt", "pattern": "2:4"}, "N:M"),
+        ({"pattern": "4:2"}, "N:M"),
+        ({"model": "./no/such/folder"}, "does not exist"),
+        ({"targets": "q,x"}, "unknown linear role"),
+        ({"device": "cuda:7"}, "cuda"),
+    ],
+)
+def test_bad_input_raises_before_anything_is_written(store, change, message) -> None:
+    if change.get("device") == "cuda:7":
+        pytest.importorskip("torch")
+        import torch
+
+        if torch.cuda.device_count() > 7:
+            pytest.skip("this machine has a cuda:7")
+    with pytest.raises(ConfigError, match=message):
+        jobs.start_job(store, "prune", {**TINY, **change})
+    assert store.list() == []
+    assert not list((store.root / "progress").iterdir())
+
+
+def test_save_model_only_for_prune(store) -> None:
+    with pytest.raises(ConfigError, match="only offered for prune"):
+        jobs.start_job(store, "eval", {"model": "tiny-llama", "dataset": "pydoc"}, save_model=True)
+
+
+def test_status_of_unknown_id_and_of_a_cli_run(store) -> None:
+    assert jobs.job_status(store, "nothing").state == "unknown"
+    assert jobs.cancel(store, "nothing") is False
+
+
+# ---- real jobs (tiny model, offline corpus) --------------------------------------------------------------
+def test_job_runs_to_done_under_its_planned_id_and_cleans_up(store) -> None:
+    job_id = jobs.start_job(store, "prune", TINY, save_model=True)
+    assert jobs.start_job(store, "prune", TINY, save_model=True) == job_id  # joined, not doubled
+    status = wait(store, job_id)
+    assert status.state == "done", status.error
+    assert status.run_id == job_id and status.elapsed > 0
+    run = store.load(job_id)
+    assert run.metrics["ppl"] > 0 and "layers" in run.tables()
+    saved = jobs.model_dir(store, job_id)
+    assert (saved / "config.json").is_file() and run.metrics["saved_to"] == str(saved)
+    job = json.loads(jobs.job_path(store, job_id).read_text())
+    assert "--save" in job["argv"] and "--quiet" in job["argv"]
+
+    with zipfile.ZipFile(BytesIO(jobs.export_runs(store, [job_id]))) as zf:
+        assert f"{job_id}/metrics.json" in zf.namelist()
+    with zipfile.ZipFile(BytesIO(jobs.zip_folder(saved, "model", compress=False))) as zf:
+        assert "model/config.json" in zf.namelist()
+
+    jobs.delete_run(store, job_id)
+    assert not saved.exists() and not jobs.log_path(store, job_id).exists()
+    assert job_id not in {r.id for r in store.list()}
+
+
+def test_failed_and_cancelled_jobs_leave_the_store_consistent(store) -> None:
+    bad = jobs.start_job(store, "prune", {**TINY, "model": "no-org/no-such-model-xyz"})
+    slow = jobs.start_job(
+        store, "prune", {**TINY, "seqlen": 512, "max_windows": 400, "nsamples": 64}
+    )
+    deadline = time.monotonic() + 60
+    while jobs.job_status(store, slow).phase is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert jobs.cancel(store, slow)
+    cancelled = wait(store, slow)
+    assert cancelled.state == "cancelled"
+
+    failed = wait(store, bad)
+    assert failed.state == "failed"
+    assert "no-such-model-xyz" in failed.error and "not found" in failed.error
+    assert [r for r in store.list() if r.status == "running"] == []
