@@ -121,7 +121,6 @@ def open_page(page, url: str, name: str, timeout_ms: int = 60_000) -> float:
 
 
 def choose(page, label: str, option: str) -> None:
-    """Pick ``option`` in the Streamlit selectbox labelled ``label``."""
-    box = page.locator("[data-testid='stSelectbox']").filter(has_text=label).first
-    box.locator("[data-baseweb='select']").click()
+    """Pick ``option`` in the Streamlit selectbox labelled ``label`` (an ARIA combobox)."""
+    page.get_by_role("combobox", name=label, exact=True).click()
     page.get_by_role("option", name=option, exact=True).click()

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from core.attention_compare import AttentionProbe
+from core.attention_compare import summarize as summarize_attention
 from core.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig, RunConfig, options_tuple
 from core.data import calibration_windows, eval_windows, load_corpus
 from core.device import dtype_name, resolve_device, resolve_dtype
@@ -260,6 +262,12 @@ def run_prune(
         roles = resolve_roles(prune.targets)
         kw = {"activations_on_cpu": activations_on_cpu}
 
+        probes = []
+        if {"q", "k"} & set(roles):  # attention error of the pruned W_Q/W_K (Paper B's measure)
+            report(progress, "probe", 0, 1, "dense attention references")
+            probes = [AttentionProbe.capture(lm.adapter, calib_ids[:2], "calib", device),
+                      AttentionProbe.capture(lm.adapter, windows[:2], "heldout", device)]  # fmt: skip
+
         t0 = time.perf_counter()
         sparsities, alloc_rows = allocate_sparsity(
             lm, prune, roles, calib_ids, device, progress, **kw
@@ -275,6 +283,9 @@ def run_prune(
             extra = row.pop("extra")
             row.update({k: v for k, v in extra.items() if isinstance(v, int | float | str | bool)})
         writer.write_table("layers", layer_rows)
+        attn_rows = [row for probe in probes for row in probe.errors(lm.adapter)]
+        if attn_rows:
+            writer.write_table("attention_errors", attn_rows)
         writer.write_table("allocation", alloc_rows)
         for name, rows in result.tables.items():
             writer.write_table(name, rows)
@@ -291,6 +302,7 @@ def run_prune(
             "n_tokens": pruned.n_tokens, "eval_tokens_per_s": pruned.tokens_per_s,
             "prune_seconds": prune_seconds, "layer_seconds": result.layer_seconds,
             **weight_sparsity(lm, roles), **{f"effdim_{k}": v for k, v in eff["overall"].items()},
+            **(summarize_attention(attn_rows) if attn_rows else {}),
             "data": data_info, "calib": calib_info, "model": lm.adapter.describe(),
         }  # fmt: skip
         metrics.update(memory_report(lm, calib_ids))

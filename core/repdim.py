@@ -30,7 +30,7 @@ from core.methods.slicegpt import as_adapter, sliced_width
 ENERGY_LEVELS = {"pca99": 0.99, "pca90": 0.90}
 
 
-# ---- Paper A relation ---------------------------------------------------------------------
+# ---- Paper A relation ----------------------------------------------------------------------------
 def predicted_ppl(ppl0: float, s: float) -> float:
     """PPL = PPL₀^{1/(1−s)} (Paper A, relation A1)."""
     if not 0.0 <= s < 1.0:
@@ -101,16 +101,20 @@ def relation_fit(
     return {"a": a, "b": b, "r2": r2, "rows": rows}
 
 
-# ---- effective dimension --------------------------------------------------------------------
+# ---- effective dimension -------------------------------------------------------------------------
 def dims_from_gram(gram: torch.Tensor) -> dict[str, float]:
     """Effective dimensions from an uncentred Gram matrix G = XᵀX (d, d).
 
-    λ = eig(G) = σ² (squared singular values of X). pcaXX: fewest principal components
+    λ = eig(G) = σ² (squared singular values of X), those under d·ε_float64·λ_max counted as
+    0. pcaXX: fewest principal components
     holding XX% of Σλ. erank: exp(H(p)) with p = λ/Σλ (the energy distribution, as the
     PCA counts use). erank_sv: Roy & Vetterli's original effective rank, p = σ/Σσ.
     width: d.
     """
-    lam = torch.linalg.eigvalsh(gram.to(torch.float64)).flip(0).clamp_min(0.0)  # descending
+    lam = torch.linalg.eigvalsh(gram.to(torch.float64)).flip(0)  # descending
+    # Eigenvalues below the rounding floor of the largest are zero (numerical rank).
+    floor = lam[0].clamp_min(0.0) * gram.shape[0] * torch.finfo(torch.float64).eps
+    lam = torch.where(lam > floor, lam, torch.zeros_like(lam))
     total = lam.sum()
     out: dict[str, float] = {"width": float(gram.shape[0])}
     if total <= 0:
@@ -156,7 +160,9 @@ def collect_residual_dims(
     """
     adapter = as_adapter(model)
     n = adapter.n_layers
-    chosen = list(range(n)) if layers == "all" else sorted({int(i) for i in layers})  # type: ignore[union-attr]
+    if isinstance(layers, str) and layers != "all":
+        raise ConfigError(f"layers must be 'all' or a list of layer indices, got {layers!r}")
+    chosen = list(range(n)) if isinstance(layers, str) else sorted({int(i) for i in layers})
     if not chosen or any(not 0 <= i < n for i in chosen):
         raise ConfigError(f"layers must be 'all' or indices in [0, {n}), got {layers!r}")
     device = torch.device(device)

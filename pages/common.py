@@ -134,13 +134,10 @@ def show_error(exc: BaseException) -> None:
 def fmt_seconds(s: float | None) -> str:
     if s is None:
         return "–"
+    if s < 10:
+        return f"{s:.1f} s"
     s = round(s)
     return f"{s // 60}:{s % 60:02d}" if s >= 60 else f"{s} s"
-
-
-def page_header(title: str, caption: str) -> None:
-    st.title(title)
-    st.caption(caption)
 
 
 # ---- background jobs -----------------------------------------------------------------------------

@@ -263,7 +263,7 @@ def test_method_prunes_q_and_k_exactly_and_fills_tables(weight_dtype, init):
     assert get_method("attention-gd") is AttentionGD
     ctx = fake_context(weight_dtype)
     dense = {role: lin.weight.detach().clone() for role, lin in ctx.linears.items()}
-    method = AttentionGD(AttentionGDOptions(lam=1e-3, steps=5, init=init))
+    method = AttentionGD(AttentionGDOptions(lam=1e-3, steps=3, power_iters=2, init=init))
     reports = method.prune_layer(ctx)
     assert [rep.role for rep in reports] == ["q", "k"]
     for rep in reports:
@@ -276,18 +276,19 @@ def test_method_prunes_q_and_k_exactly_and_fills_tables(weight_dtype, init):
         assert keep.dtype == torch.bool and keep.shape == W.shape
         assert torch.equal(W, dense[rep.role] * keep)  # kept weights are untouched
     traj, heads = ctx.tables["gd_trajectory"], ctx.tables["gd_heads"]
-    # 2 groups × 6 evaluations × (group + 2 q heads + k) rows
-    assert len(traj) == 2 * 6 * 4
+    # 2 groups × 4 evaluations × (group + 2 q heads + k) rows
+    assert len(traj) == 2 * 4 * 4
     assert {"layer", "group", "matrix", "head", "step", "loss", "grad_norm", "step_size",
             "lipschitz_est", "pl_ratio"} <= traj[0].keys()  # fmt: skip
     assert sorted(row["head"] for row in heads if row["matrix"] == "q") == [0, 1, 2, 3]
     assert {"lipschitz_min", "lipschitz_max", "mu", "verdict", "attn_fro", "lipschitz_bound",
+            "mask_mean_end",
             "group_verdict"} <= heads[0].keys()  # fmt: skip
 
 
 def test_method_others_delegates_v_to_wanda():
     ctx = fake_context(with_v=True)
-    method = AttentionGD(AttentionGDOptions(steps=2, others="wanda"))
+    method = AttentionGD(AttentionGDOptions(steps=1, power_iters=1, others="wanda"))
     reports = method.prune_layer(ctx)
     assert [rep.role for rep in reports] == ["q", "k", "v"]
     assert ((ctx.linears["v"].weight == 0).sum(-1) == D // 2).all()

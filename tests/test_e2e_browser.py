@@ -66,7 +66,7 @@ def test_prune_then_attention_then_a_bad_input(tmp_path, shots) -> None:
         ]:
             set_number(page, label, value)
         page.get_by_role("button", name="Run").click()
-        page.get_by_text(re.compile(r"Run `[0-9a-f]{16}` finished")).wait_for(timeout=240_000)
+        page.get_by_text(re.compile(r"Run [0-9a-f]{16} finished")).wait_for(timeout=240_000)
         wait_idle(page)
         wait_charts(page)
         assert page.get_by_text("pruned perplexity").first.is_visible()

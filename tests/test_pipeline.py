@@ -109,3 +109,15 @@ def test_cli_prune_json(capsys, store_root):
     assert {"run_id", "config", "metrics"} <= set(out)
     m = out["metrics"]
     assert {"dense_ppl", "ppl", "achieved_sparsity", "prune_seconds"} <= set(m)
+
+
+def test_attention_errors_recorded_when_qk_pruned(store):
+    res = run_prune(MODEL, PruneConfig("wanda", 0.5, targets="qk"), CALIB, EVAL, store)
+    errs = store.load(res["run_id"]).table("attention_errors")
+    assert set(errs["text"]) == {"calib", "heldout"} and len(errs) == 2 * 4 * 4  # layers x heads
+    assert (errs["fro_rel"] > 0).all() and (errs["tv_max"] <= 1).all()
+    assert res["metrics"]["attn_fro_rel_heldout"] > 0
+    res0 = run_prune(MODEL, PruneConfig("wanda", 0.0, targets="qk"), CALIB, EVAL, store)
+    assert res0["metrics"]["attn_fro_rel_heldout"] == 0.0
+    res_mlp = run_prune(MODEL, PruneConfig("wanda", 0.5, targets="mlp"), CALIB, EVAL, store)
+    assert "attention_errors" not in store.load(res_mlp["run_id"]).tables()

@@ -29,7 +29,7 @@ def orthonormal(rows: int, cols: int, seed: int) -> torch.Tensor:
     return torch.linalg.qr(G).Q  # (rows, cols)
 
 
-# ---- relation (A1) ---------------------------------------------------------------------------
+# ---- relation (A1) -------------------------------------------------------------------------------
 def test_predicted_ppl() -> None:
     assert predicted_ppl(7.5, 0.0) == 7.5
     assert predicted_ppl(math.e, 0.5) == pytest.approx(math.e**2, rel=1e-12)
@@ -78,14 +78,15 @@ def test_linear_fit() -> None:
     assert (a, b, r2) == (pytest.approx(2.0), pytest.approx(1.0), pytest.approx(1.0))
 
 
-# ---- effective dimension ----------------------------------------------------------------------
+# ---- effective dimension -------------------------------------------------------------------------
 def test_effective_dims_of_equal_energy_rank_r() -> None:
     r, d, T = 10, 32, 200
     X = orthonormal(T, r, 0) @ orthonormal(d, r, 1).T  # (T, d), r singular values all 1
     dims = effective_dims(X)
     assert dims["width"] == d
     assert dims["pca99"] == r and dims["pca90"] == 9
-    assert dims["erank"] == pytest.approx(r, rel=1e-9) and dims["erank_sv"] == pytest.approx(r, rel=1e-9)
+    assert dims["erank"] == pytest.approx(r, rel=1e-9)
+    assert dims["erank_sv"] == pytest.approx(r, rel=1e-9)
 
 
 def test_effective_dims_of_skewed_spectrum() -> None:
@@ -93,7 +94,7 @@ def test_effective_dims_of_skewed_spectrum() -> None:
     X = orthonormal(50, 4, 0) @ torch.diag(sigma) @ orthonormal(4, 4, 1).T
     dims = effective_dims(X.reshape(5, 10, 4))  # any leading shape
     assert dims["pca90"] == 1 and dims["pca99"] == 2  # energies 100/102, 101/102
-    p = torch.tensor([100.0, 1.0, 1.0]) / 102
+    p = torch.tensor([100.0, 1.0, 1.0], dtype=torch.float64) / 102
     assert dims["erank"] == pytest.approx(math.exp(-(p * p.log()).sum().item()), rel=1e-9)
     assert 1.0 < dims["erank"] < dims["erank_sv"] < 3.0
 

@@ -491,7 +491,7 @@ class GroupResult:
     For a "q" row the loss is head h's data term plus ½λ‖M_{Q,h}‖²; for "k" it is the group's
     data term plus ½λ‖M_K‖²; the secant and PL ratio use that block of the gradient.
     blocks: ``convergence_verdict`` of "q" heads 0..r-1, then "k", then "group", each with
-    matrix/head and its first and last data loss.
+    matrix/head, its first and last (data) loss and the final mean mask ``mask_mean_end``.
     """
 
     Mq: Tensor  # (r, d, d_h)
@@ -582,6 +582,11 @@ def gd_prune_group(
             eta = min(eta, 1.0 / secant)  # L̂ only grows: η_t = 1/max(power, secants, halvings)
         Mq, Mk, ev = Mq_new, Mk_new, new
     trajectory, blocks = hist.rows()
+    # Final mean mask per block: ≈ 0 flags the collapse to M = 0 that a large ηλ causes.
+    means = [*Mq.mean((1, 2)).tolist(), Mk.mean().item()]
+    means.append((Mq.sum().item() + Mk.sum().item()) / (Mq.numel() + Mk.numel()))
+    for block, mean in zip(blocks, means, strict=True):
+        block["mask_mean_end"] = mean
     box = max(1.0, hist.max_abs)
     bound = lipschitz_upper_bound(X, problem.Wq, problem.Wk, lam, box, x_norms)
     return GroupResult(
@@ -729,8 +734,8 @@ class AttentionGD(Method):
 
     Needs the q_proj inputs (``ctx.inputs["q"]``, (N, L, d) float32) and, with ``rope``, the
     layer's RoPE tables (``ctx.position_embeddings``). Tables written: "gd_trajectory" (one
-    row per layer, group, block and step), "gd_heads" (one row per query head and per key
-    head: measured L range, μ, rates, verdicts, final attention error); arrays
+    row per layer, group, block and step), "gd_heads" (one row per query head, key head and
+    group: measured L range, μ, rates, verdicts, Lipschitz bound, final attention error); arrays
     ``mask.layer{i}.q`` / ``.k``: bool keep masks in nn.Linear layout.
     """
 
@@ -743,6 +748,8 @@ class AttentionGD(Method):
 
     @torch.no_grad()
     def prune_layer(self, ctx: LayerContext) -> list[LinearReport]:
+        if ctx.pattern != "unstructured":
+            raise ConfigError(f"attention-gd prunes unstructured only, got pattern {ctx.pattern!r}")
         reports = self._prune_qk(ctx) if {"q", "k"} & ctx.linears.keys() else []
         if self.options.others != "none":
             reports += self._prune_others(ctx)
@@ -764,8 +771,8 @@ class AttentionGD(Method):
             rope = rope_tables(ctx.position_embeddings, X.shape[1], dtype, device)
         elif opts.rope:
             log.warning("layer %d: the model gave no RoPE tables; GD runs without", ctx.index)
-        Wq = lin_q.weight.detach().to(dtype)  # (H·d_h, d)
-        Wk = lin_k.weight.detach().to(dtype)  # (KV·d_h, d)
+        Wq = lin_q.weight.detach().to(dtype, copy=True)  # (H·d_h, d)
+        Wk = lin_k.weight.detach().to(dtype, copy=True)  # (KV·d_h, d)
         stats = ctx.stats.get("q")
         col_sq = stats.col_sq_norms if stats is not None else ctx.inputs["q"].square().sum((0, 1))
         Mq = initial_mask(Wq, opts.init, sparsity["q"], opts.scope, col_sq)  # (H·d_h, d)

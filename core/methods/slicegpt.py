@@ -58,9 +58,9 @@ FORMAT_VERSION = 1
 LAYER_CHILDREN = frozenset({"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"})
 
 
-# ---- pure functions -----------------------------------------------------------------------
+# ---- pure functions ------------------------------------------------------------------------------
 def sliced_width(d: int, s: float, round_to: int = 8) -> int:
-    """d′ = int((1−s)·d) rounded down to a multiple of ``round_to`` (reference ``round_interval``)."""
+    """d′ = int((1−s)·d) rounded down to a multiple of ``round_to`` (``round_interval``)."""
     if not 0.0 <= s < 1.0:
         raise ConfigError(f"slicing sparsity must be in [0, 1), got {s}")
     if round_to < 1:
@@ -134,7 +134,7 @@ def accumulate_gram(gram: torch.Tensor, x: torch.Tensor) -> None:
     gram += (flat.T @ flat).to(torch.float64)
 
 
-# ---- modules --------------------------------------------------------------------------------
+# ---- modules -------------------------------------------------------------------------------------
 class FoldedRMSNorm(nn.Module):
     """RMSNorm with γ folded away and the mean taken over the original width d.
 
@@ -195,7 +195,7 @@ class SlicedDecoderLayer(nn.Module):
         return h @ self.mlp_shortcut + self.mlp_branch(h)
 
 
-# ---- structure of a sliced model ----------------------------------------------------------
+# ---- structure of a sliced model -----------------------------------------------------------------
 @dataclass
 class SliceSpec:
     """Everything needed to rebuild a sliced model's shapes; stored as ``slicing.json``.
@@ -209,10 +209,6 @@ class SliceSpec:
     widths: list[tuple[int, int, int]]
     sparsity: float
     options: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def sliced_width(self) -> int:
-        return self.widths[0][0]
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT_VERSION, "method": "slicegpt", **asdict(self)}
@@ -244,7 +240,7 @@ def set_embedding(embed: nn.Embedding, weight: torch.Tensor) -> None:
 
 
 def as_adapter(model: Any) -> ModelAdapter:
-    """LoadedModel | ModelAdapter | nn.Module -> ModelAdapter (ModelLoadError if not Llama-shaped)."""
+    """LoadedModel | ModelAdapter | nn.Module -> ModelAdapter (ModelLoadError if unsupported)."""
     if isinstance(model, ModelAdapter):
         return model
     if isinstance(getattr(model, "adapter", None), ModelAdapter):
@@ -299,12 +295,13 @@ def check_sliceable(adapter: ModelAdapter) -> None:
         extra = sorted({n for n, _ in layer.named_children()} - LAYER_CHILDREN)
         if extra:
             raise ModelLoadError(
-                f"{name}: decoder layer {i} has submodules {extra} besides {sorted(LAYER_CHILDREN)}; "
+                f"{name}: decoder layer {i} has submodules {extra} besides "
+                f"{sorted(LAYER_CHILDREN)}; "
                 "SliceGPT here supports pre-norm sequential (Llama-shaped) layers only"
             )
 
 
-# ---- fold ----------------------------------------------------------------------------------
+# ---- fold ----------------------------------------------------------------------------------------
 def untie_head(model: nn.Module) -> None:
     """Give lm_head its own copy of a weight it may share with the embeddings."""
     head, embed = model.lm_head, model.model.embed_tokens
@@ -340,7 +337,7 @@ def fold_norms(adapter: ModelAdapter) -> float:
     return eps
 
 
-# ---- rotate and slice ------------------------------------------------------------------------
+# ---- rotate and slice ----------------------------------------------------------------------------
 def rotate_inputs(lin: nn.Linear, Q: torch.Tensor, width: int) -> None:
     """W ← (W·Q)[:, :width]: the linear reads the rotated, sliced signal. Q (d, d) float64."""
     W = lin.weight.detach()
@@ -373,7 +370,7 @@ def _rotated_output(lin: nn.Linear, Q: torch.Tensor) -> Iterator[None]:
         lin.out_features = weight.shape[0]
 
 
-# ---- options and report ------------------------------------------------------------------------
+# ---- options and report --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SliceOptions:
     """round_to: d′ multiple (reference 8); damp: PCA damping as a fraction of mean(diag C);
@@ -483,7 +480,7 @@ class _Boundaries:
         return Q
 
 
-# ---- the procedure ---------------------------------------------------------------------------------
+# ---- the procedure -------------------------------------------------------------------------------
 @torch.no_grad()
 def _slice_layer(
     adapter: ModelAdapter,
@@ -581,6 +578,7 @@ def slice_model(
     Q = bounds.basis(inputs.hidden, width, "embed", None)
     rotate_embeddings(adapter.embed_tokens, Q, width)
     hidden = [h @ Q[:, :width].to(h.dtype) for h in inputs.hidden]  # (B, L, d′)
+    inputs.hidden.clear()  # only the sliced copy is needed from here on
     widths: list[tuple[int, int, int]] = []
     for i in range(n):
         layer = adapter.layers[i]
@@ -591,7 +589,7 @@ def slice_model(
         adapter.layers[i] = new.to(home)
         widths.append(w)
         report(on_progress, "slice", i + 1, n, f"layer {i + 1}/{n}")
-    del hidden, inputs
+    del hidden
 
     head = adapter.lm_head
     rotate_inputs(head, Q, widths[-1][2])
@@ -618,7 +616,7 @@ def slice_model(
     return result
 
 
-# ---- save / load ------------------------------------------------------------------------------------
+# ---- save / load ---------------------------------------------------------------------------------
 def apply_structure(model: nn.Module, spec: SliceSpec) -> None:
     """Give a freshly built dense HF model the sliced shapes of ``spec`` (weights uninitialised)."""
     adapter = as_adapter(model)
@@ -677,10 +675,17 @@ def save_sliced(model: nn.Module, folder: str | Path) -> Path:
 
 
 def load_sliced(
-    folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+    folder: str | Path,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str | None = None,
 ) -> nn.Module:
     """Rebuild a sliced model saved by ``save_sliced``: HF model from config, sliced shapes
-    from ``slicing.json``, then the weights (strict). Returns the model in eval mode."""
+    from ``slicing.json``, then the weights (strict). Returns the model in eval mode.
+
+    attn_implementation: as for ``from_pretrained`` ("eager" to get attention weights);
+    None lets transformers choose (sdpa), which may differ from the sliced model's in the
+    last float bits."""
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -691,7 +696,9 @@ def load_sliced(
     spec = SliceSpec.from_json(json.loads((folder / SLICING_FILE).read_text()))
     config = AutoConfig.from_pretrained(folder)
     config.tie_word_embeddings = False
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model = AutoModelForCausalLM.from_config(
+        config, dtype=dtype, attn_implementation=attn_implementation
+    )
     apply_structure(model, spec)
     model.load_state_dict(load_file(folder / WEIGHTS_FILE), strict=True)
     return model.to(device).eval()

@@ -1,0 +1,92 @@
+"""Attention-matrix approximation error of pruned W_Q/W_K, for any method.
+
+Paper B's objective compares the softmax attention of the *same* layer input X under dense
+and pruned query/key projections. ``AttentionProbe`` captures X (the q_proj input of every
+layer, i.e. the normed residual stream) and the RoPE tables from the dense model on a few
+windows before pruning, together with the dense W_Q/W_K; after pruning, ``errors`` compares
+the attention matrices per layer and head: ‖P̃ − P‖_F, its ratio to ‖P‖_F, and the maximum
+row-wise total variation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from core.adapter import ModelAdapter
+from core.attention import attention_errors, attention_probs
+
+
+@dataclass
+class AttentionProbe:
+    """Dense references for one set of windows.
+
+    X[i]: (N, L, d) float32 q_proj input of layer i (CPU); rope: (cos, sin) (L, head_dim);
+    dense[i]: (Wq, Wk) float32 clones in nn.Linear layout.
+    """
+
+    name: str
+    X: list[torch.Tensor]
+    rope: tuple[torch.Tensor, torch.Tensor] | None
+    dense: list[tuple[torch.Tensor, torch.Tensor]]
+
+    @classmethod
+    @torch.no_grad()
+    def capture(cls, adapter: ModelAdapter, ids: torch.Tensor, name: str, device) -> AttentionProbe:
+        """Run the (still dense) model on ids (N, L) and keep every layer's q_proj input."""
+        X: list[list[torch.Tensor]] = [[] for _ in range(adapter.n_layers)]
+        handles = []
+        for i, layer in enumerate(adapter.layers):
+            q = adapter.linears(layer, ("q",))["q"]
+
+            def grab(_m, args, i=i) -> None:
+                X[i].append(args[0].detach().float().cpu())
+
+            handles.append(q.register_forward_pre_hook(grab))
+        try:
+            for row in ids:
+                adapter.backbone(input_ids=row[None].to(device), use_cache=False)
+        finally:
+            for h in handles:
+                h.remove()
+        L = ids.shape[1]
+        pos = torch.arange(L, device=device)[None]
+        hidden = torch.zeros(1, L, adapter.hidden_size, device=device)
+        rope = adapter.position_embeddings(hidden, pos)
+        rope = None if rope is None else (rope[0][0].float().cpu(), rope[1][0].float().cpu())
+        dense = [
+            tuple(
+                lin.weight.detach().float().cpu().clone()
+                for lin in adapter.linears(layer, ("q", "k")).values()
+            )
+            for layer in adapter.layers
+        ]
+        return cls(name, [torch.cat(x) for x in X], rope, dense)  # type: ignore[arg-type]
+
+    @torch.no_grad()
+    def errors(self, adapter: ModelAdapter, causal: bool = True) -> list[dict[str, Any]]:
+        """Rows (text, layer, head, fro, fro_rel, tv_max) for the model's current W_Q/W_K."""
+        rows = []
+        geo = (adapter.n_heads, adapter.n_kv_heads, adapter.head_dim)
+        for i, layer in enumerate(adapter.layers):
+            lin = adapter.linears(layer, ("q", "k"))
+            Wq, Wk = (lin[r].weight.detach().float().cpu() for r in ("q", "k"))
+            P = attention_probs(self.X[i], *self.dense[i], *geo, causal=causal, rope=self.rope)
+            P_new = attention_probs(self.X[i], Wq, Wk, *geo, causal=causal, rope=self.rope)
+            err = attention_errors(P, P_new)
+            for h in range(adapter.n_heads):
+                rows.append({"text": self.name, "layer": i, "head": h,
+                             **{k: float(v[h]) for k, v in err.items()}})  # fmt: skip
+        return rows
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean relative Frobenius error and worst total variation, per text."""
+    out: dict[str, float] = {}
+    for text in sorted({r["text"] for r in rows}):
+        sel = [r for r in rows if r["text"] == text]
+        out[f"attn_fro_rel_{text}"] = sum(r["fro_rel"] for r in sel) / len(sel)
+        out[f"attn_tv_max_{text}"] = max(r["tv_max"] for r in sel)
+    return out
