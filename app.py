@@ -38,4 +38,9 @@ with st.sidebar:
         where += f" · {dev['memory_gb']} GB"
     st.caption(f"Device: **{where}**")
     st.caption(f"Results store: `{get_store().root}`")
+    running = get_store().list(status="running")
+    if running:
+        st.caption(
+            f"In progress: {', '.join(f'{r.method or r.kind} ({r.model})' for r in running)}"
+        )
 page.run()

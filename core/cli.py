@@ -285,6 +285,11 @@ def print_human(command: str, out: Any) -> None:
         for r in rows:
             print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
         return
+    from core import cli_analysis
+
+    if command == "effdim":
+        print("\n".join(cli_analysis.effdim_lines(out)))
+        return
     if "metrics" not in out:
         print(json.dumps(out, indent=2, default=str))
         return

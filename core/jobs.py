@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import io
 import json
 import logging
@@ -359,7 +360,8 @@ class JobStatus:
     """What the app shows about a job. ``run_id`` is its main run once known."""
 
     job_id: str
-    state: str  # "running" | "done" | "failed" | "cancelled" | "interrupted" | "unknown"
+    # "running" | "cancelling" | "done" | "failed" | "cancelled" | "interrupted" | "unknown"
+    state: str
     run_id: str | None = None
     phase: str | None = None  # kind of the run in progress ("eval" = dense baseline)
     stage: str | None = None
@@ -507,6 +509,24 @@ def _status_without_job(store: RunStore, run_id: str) -> JobStatus:
     return JobStatus(
         job_id=run_id, run_id=rec.id, state=rec.status, phase=rec.kind, error=rec.error
     )
+
+
+# ---- uploaded corpora ----------------------------------------------------------------------------
+def save_corpus(store: RunStore, name: str, data: bytes, limit_mb: int) -> str:
+    """Keep an uploaded text corpus under <root>/uploads (named by its hash) and return the
+    ``file:<path>`` dataset name the CLI takes; refuse files over ``limit_mb``."""
+    if len(data) > limit_mb * 2**20:
+        raise ConfigError(
+            f"{name} is {len(data) / 2**20:.1f} MB; the upload limit is {limit_mb} MB "
+            "(server.maxUploadSize in .streamlit/config.toml)"
+        )
+    if not data.strip():
+        raise ConfigError(f"{name} is empty")
+    suffix = ".jsonl" if name.endswith(".jsonl") else ".txt"
+    path = store.root / "uploads" / f"{hashlib.sha256(data).hexdigest()[:16]}{suffix}"
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(data)
+    return f"file:{path}"
 
 
 # ---- clean-up and export ------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from core.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig, RunConf
 from core.data import calibration_windows, eval_windows, load_corpus
 from core.device import dtype_name, resolve_device, resolve_dtype
 from core.errors import ConfigError
+from core.methods import get_method
 from core.models import LoadedModel, load_model
 from core.perplexity import evaluate_perplexity
 from core.progress import ProgressFn, report
@@ -35,8 +36,6 @@ def resolve_model_spec(spec: ModelSpec) -> ModelSpec:
 
 def resolve_prune_config(prune: PruneConfig) -> PruneConfig:
     """Validate the method name and fill its options with defaults (options_cls)."""
-    from core.methods import get_method
-
     cls = get_method(prune.method)
     if prune.pattern != "unstructured" and "nm" not in cls.supports_patterns:
         raise ConfigError(f"method {cls.name} does not support N:M patterns")
@@ -84,6 +83,7 @@ def check_seqlen(lm: LoadedModel, seqlen: int, what: str = "seqlen") -> None:
         raise ConfigError(f"{what} {seqlen} exceeds the model's context of {ctx} tokens")
 
 
+EFFDIM_WINDOWS = 4  # held-out windows on which the residual stream's dimension is measured
 _WINDOW_CACHE: dict[tuple, tuple[torch.Tensor, dict[str, Any]]] = {}
 
 
@@ -125,7 +125,10 @@ def run_eval(
         res = evaluate_perplexity(
             lm.model, windows, eval_cfg.batch_size, cfg.model.device, progress
         )
-        metrics = {**res.to_dict(), "data": data_info, "model": lm.adapter.describe()}
+        eff = residual_effdim(lm, windows[:EFFDIM_WINDOWS], cfg.model.device, progress)
+        writer.write_table("effdim", eff["rows"])
+        metrics = {**res.to_dict(), "data": data_info, "model": lm.adapter.describe(),
+                   **{f"effdim_{k}": v for k, v in eff["overall"].items()}}  # fmt: skip
         writer.commit(metrics)
     return {"run_id": cfg.run_id, "config": cfg.to_dict(), "metrics": metrics, "cached": False}
 
@@ -233,15 +236,18 @@ def plan_prune(
 def run_prune(
     model: ModelSpec, prune: PruneConfig, calib: CalibConfig, eval_cfg: EvalConfig,
     store: RunStore, on_progress: ProgressFn | None = None, force: bool = False,
-    save_dir: str | None = None, activations_on_cpu: bool = False, effdim_windows: int = 4,
+    save_dir: str | None = None, activations_on_cpu: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """Prune a model with a registered method, evaluate it against the dense model, store it."""
     from core.adapter import resolve_roles
-    from core.methods import get_method
     from core.runner import run_method
 
     cfg = plan_prune(model, prune, calib, eval_cfg)
     prune = cfg.prune
+    if get_method(prune.method).structured:
+        from core.slicing import run_slice
+
+        return run_slice(model, prune, calib, eval_cfg, store, on_progress, force, save_dir)
     cached = _cached(store, cfg, force) if save_dir is None else None
     if cached is not None:
         return cached
@@ -294,7 +300,7 @@ def run_prune(
         qk = qk_arrays(lm)
         if qk:
             writer.write_arrays("qk", qk)
-        eff = residual_effdim(lm, windows[:effdim_windows], device, progress)
+        eff = residual_effdim(lm, windows[:EFFDIM_WINDOWS], device, progress)
         writer.write_table("effdim", eff["rows"])
         metrics = {
             "dense_ppl": dense["metrics"]["ppl"], "dense_run": dense["run_id"],

@@ -175,6 +175,8 @@ def live_progress(store: RunStore, job_id: str) -> None:
 
 def job_outcome(status: jobs.JobStatus, result_key: str) -> None:
     """One message for a finished job; a new result becomes the selected run once."""
+    if status.state == "unknown":  # its run was deleted meanwhile: nothing to say
+        return
     if status.state == "done":
         st.success(f"Run `{status.run_id}` finished in {fmt_seconds(status.elapsed)}.")
         if st.session_state.get(f"shown_{result_key}") != status.job_id:
@@ -184,3 +186,16 @@ def job_outcome(status: jobs.JobStatus, result_key: str) -> None:
         st.warning("The run was cancelled; nothing was stored for it.")
     else:
         st.error(f"The run {status.state}: {status.error or 'no message'}")
+
+
+def current_job(key: str) -> str | None:
+    """The job this page follows: session state, else the URL (?<key>=...) after a reload."""
+    if key not in st.session_state and st.query_params.get(key):
+        st.session_state[key] = st.query_params[key]
+    return st.session_state.get(key)
+
+
+def follow_job(key: str, job_id: str) -> None:
+    """Remember a started job in the session and in the URL, so a reload finds it."""
+    st.session_state[key] = job_id
+    st.query_params[key] = job_id

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,10 @@ from core.methods import available_methods
 from core.models import available_models
 from pages.common import (
     cli_hint,
+    current_job,
     device_info,
     fmt_seconds,
+    follow_job,
     get_store,
     job_outcome,
     live_progress,
@@ -58,17 +59,7 @@ def device_choices() -> list[str]:
 def save_upload(upload) -> str:
     """Keep an uploaded corpus in the store; return its ``file:`` dataset name."""
     limit_mb = st.get_option("server.maxUploadSize")
-    if upload.size > limit_mb * 2**20:
-        raise ConfigError(
-            f"{upload.name} is {upload.size / 2**20:.1f} MB; the upload limit is {limit_mb} MB "
-            "(server.maxUploadSize in .streamlit/config.toml)"
-        )
-    data = upload.getvalue()
-    suffix = ".jsonl" if upload.name.endswith(".jsonl") else ".txt"
-    path = store.root / "uploads" / f"{hashlib.sha256(data).hexdigest()[:16]}{suffix}"
-    path.parent.mkdir(exist_ok=True)
-    path.write_bytes(data)
-    return f"file:{path}"
+    return jobs.save_corpus(store, upload.name, upload.getvalue(), limit_mb)
 
 
 def corpus_name(choice: str, upload) -> str:
@@ -231,13 +222,14 @@ def show_result(run_id: str) -> None:
 
 
 # ---- page ------------------------------------------------------------------------------------------
-job_id = st.session_state.get("job_id")
+job_id = current_job("job_id")
 status = jobs.job_status(store, job_id) if job_id else None
 try:
     request = prune_form(running=status is not None and not status.finished)
     if request is not None:
         params, save = request
-        st.session_state["job_id"] = job_id = jobs.start_job(store, "prune", params, save)
+        job_id = jobs.start_job(store, "prune", params, save)
+        follow_job("job_id", job_id)
         status = jobs.job_status(store, job_id)
 except PruneScopeError as exc:
     show_error(exc)

@@ -15,6 +15,8 @@ from core.errors import PruneScopeError
 from core.store import Run
 from pages.common import (
     cli_hint,
+    current_job,
+    follow_job,
     get_store,
     job_outcome,
     live_progress,
@@ -98,16 +100,15 @@ def sweep_launcher() -> None:
             SWEEP_HINT,
         )
         return
-    job_id = st.session_state.get("sweep_job_id")
+    job_id = current_job("sweep_job_id")
     status = jobs.job_status(store, job_id) if job_id else None
     if status is None or status.finished:
         with st.expander("Start a SliceGPT sweep", expanded=status is None):
             try:
                 params = sweep_form()
                 if params is not None:
-                    st.session_state["sweep_job_id"] = job_id = jobs.start_job(
-                        store, "sweep", params
-                    )
+                    job_id = jobs.start_job(store, "sweep", params)
+                    follow_job("sweep_job_id", job_id)
                     status = jobs.job_status(store, job_id)
             except (PruneScopeError, ValueError) as exc:
                 show_error(exc)

@@ -14,6 +14,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from core import jobs
 from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig, RunConfig
 from core.models import load_model
 from core.store import RunStore
@@ -328,4 +329,84 @@ def test_bad_input_shows_one_error_and_stores_nothing(store, values, message) ->
     fill_prune_form(at, **values)
     assert len(at.error) == 1 and message in at.error[0].value
     assert "job_id" not in at.session_state
+    assert store.list() == []
+
+
+def test_uploaded_corpus_is_kept_and_the_size_limit_enforced(store) -> None:
+    from streamlit import config
+
+    at = open_page("prune")
+    at.file_uploader(key="upload").set_value(("notes.txt", b"hello world\n\n" * 100, "text/plain"))
+    fill_prune_form(at, calib="upload a text file", method="attention-gd", pattern="2:4")
+    assert "N:M" in texts(at.error)  # the corpus was accepted; the pattern was not
+    assert [p.suffix for p in (store.root / "uploads").iterdir()] == [".txt"]
+
+    limit = config.get_option("server.maxUploadSize")
+    config.set_option("server.maxUploadSize", 1)
+    try:
+        at = open_page("prune")
+        at.file_uploader(key="upload").set_value(("big.txt", b"x" * (2 * 2**20), "text/plain"))
+        fill_prune_form(at, calib="upload a text file")
+        assert "upload limit is 1 MB" in texts(at.error)
+    finally:
+        config.set_option("server.maxUploadSize", limit)
+    assert store.list() == []
+
+
+def test_runs_page_compares_exports_and_deletes_a_selection(filled_store, store) -> None:
+    at = open_page("runs")
+    ids = list(at.dataframe[0].value["id"])
+    rows = [ids.index(filled_store["wanda"]), ids.index(filled_store["magnitude"])]
+    at.session_state["runs_table"] = {"selection": {"rows": rows, "columns": [], "cells": []}}
+    at.run()
+    assert "2 selected" in texts(at.caption)
+    assert at.get("download_button")[0].label == "Export 2 finished run(s) as zip"
+    assert button(at, "Delete selected").disabled
+    at.checkbox(key="confirm_delete").check()
+    at.run()
+    button(at, "Delete selected").click()
+    at.run()
+    left = {r.id for r in store.list()}
+    assert filled_store["wanda"] not in left and filled_store["magnitude"] not in left
+    assert filled_store["gd"] in left
+
+
+def test_cancel_button_stops_the_job(store) -> None:
+    at = open_page("prune")
+    fill_prune_form(at, windows=400, seqlen=512, nsamples=64)
+    job_id = at.session_state["job_id"]
+    deadline = time.monotonic() + 60
+    while jobs.job_status(store, job_id).phase is None and time.monotonic() < deadline:
+        time.sleep(0.3)
+    at.run()
+    button(at, "Cancel").click()
+    at.run()
+    wait_for_job(at)
+    assert "cancelled" in texts(at.warning)
+    assert [r for r in store.list() if r.status == "running"] == []
+
+
+def test_sweep_form_is_drawn_from_the_cli_options(store, monkeypatch) -> None:
+    """With a sweep command in the CLI, the page draws its options and validates them."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    sweep = sub.add_parser("sweep")
+    g = sweep.add_argument_group("model")
+    g.add_argument("--model", default="smollm2-135m")
+    g = sweep.add_argument_group("sweep")
+    g.add_argument("--sparsities", default="0.1,0.2,0.3")
+    g.add_argument("--orientation", choices=["pca", "random"], default="pca")
+    sweep.add_argument("--nsamples", type=int, default=128)
+    sweep.add_argument("--store")
+    monkeypatch.setattr(jobs, "_subparsers", lambda: dict(sub.choices))
+
+    at = open_page("repdim")
+    assert at.text_input(key="sweep_model").value == "smollm2-135m"
+    assert at.selectbox(key="sweep_orientation").value == "pca"
+    assert at.text_input(key="sweep_nsamples").value == "16"  # the fast default
+    button(at, "Start the sweep").click()
+    at.run()
+    assert len(at.error) == 1  # this build's real CLI rejects the command: one clear message
     assert store.list() == []

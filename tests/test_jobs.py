@@ -190,3 +190,14 @@ def test_failed_and_cancelled_jobs_leave_the_store_consistent(store) -> None:
     assert failed.state == "failed"
     assert "no-such-model-xyz" in failed.error and "not found" in failed.error
     assert [r for r in store.list() if r.status == "running"] == []
+
+
+def test_save_corpus_limits_and_names_by_hash(store) -> None:
+    name = jobs.save_corpus(store, "notes.txt", b"some text\n\nmore text\n", limit_mb=1)
+    path = name.removeprefix("file:")
+    assert name.startswith("file:") and path.endswith(".txt") and "uploads" in path
+    assert jobs.save_corpus(store, "again.txt", b"some text\n\nmore text\n", 1) == name
+    with pytest.raises(ConfigError, match="upload limit is 1 MB"):
+        jobs.save_corpus(store, "big.txt", b"x" * (2**20 + 1), limit_mb=1)
+    with pytest.raises(ConfigError, match="empty"):
+        jobs.save_corpus(store, "blank.jsonl", b"  \n", limit_mb=1)

@@ -109,6 +109,9 @@ class Method:
     needs_gram: ClassVar[bool] = True
     needs_inputs: ClassVar[frozenset[str]] = frozenset()
     supports_patterns: ClassVar[tuple[str, ...]] = ("unstructured", "nm")
+    # Structured methods (SliceGPT) change shapes: the pipeline calls their own procedure
+    # instead of masking linears through the runner.
+    structured: ClassVar[bool] = False
 
     def __init__(self, options: Any) -> None:
         self.options = options

@@ -1,0 +1,73 @@
+"""SliceGPT runs, sweeps and the effective-dimension report through the pipeline and CLI."""
+
+import json
+
+import pytest
+
+from core.cli import main
+from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
+from core.errors import ConfigError
+from core.pipeline import run_prune
+from core.slicing import effdim_report, run_slice, run_sweep
+
+MODEL = ModelSpec("tiny-llama", "cpu", "float32")
+EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)
+CALIB = CalibConfig(DataSpec("pydoc", "train"), nsamples=4, seqlen=64, seed=42)
+
+
+def test_slice_run_is_smaller_and_stored(store):
+    res = run_slice(MODEL, PruneConfig("slicegpt", 0.25), CALIB, EVAL, store)
+    m = res["metrics"]
+    assert m["d"] == 64 and m["d_sliced"] == 48 and m["s_eff"] == 0.25
+    assert m["n_layer_params_sliced"] < m["n_layer_params_dense"]
+    assert m["latency_ms_dense"] > 0 and m["latency_ms_sliced"] > 0
+    run = store.load(res["run_id"])
+    assert run.record.kind == "slice" and "boundaries" in run.tables()
+    assert run.table("effdim")["width"].max() <= 64
+
+
+def test_slice_at_zero_keeps_perplexity(store):
+    res = run_slice(MODEL, PruneConfig("slicegpt", 0.0), CALIB, EVAL, store)
+    assert res["metrics"]["ppl"] == pytest.approx(res["metrics"]["dense_ppl"], rel=1e-4)
+
+
+def test_prune_dispatches_slicegpt(store):
+    res = run_prune(MODEL, PruneConfig("slicegpt", 0.5), CALIB, EVAL, store)
+    assert store.get(res["run_id"]).kind == "slice" and res["metrics"]["d_sliced"] == 32
+
+
+def test_sweep_relation_and_effdim(store):
+    res = run_sweep(MODEL, (0.0, 0.25, 0.5), CALIB, EVAL, store)
+    sweep = store.load(res["run_id"]).table("sweep")
+    assert sweep["d_prime"].tolist() == [64, 48, 32]
+    assert sweep["predicted_ppl"].iloc[0] == pytest.approx(res["metrics"]["ppl0"])
+    assert {"a", "b", "r2", "ppl0"} <= set(res["metrics"])
+    run_prune(MODEL, PruneConfig("wanda", 0.5), CALIB, EVAL, store)
+    groups = effdim_report(store)["groups"]
+    assert len(groups) == 1 and {r["method"] for r in groups[0]["rows"]} == {"slicegpt", "wanda"}
+
+
+@pytest.mark.parametrize(
+    "s, message", [(1.0, "sparsity"), (-0.1, "sparsity"), (0.99, "rounds down to 0")]
+)
+def test_bad_slicing(store, s, message):
+    with pytest.raises(ConfigError, match=message):
+        run_slice(MODEL, PruneConfig("slicegpt", s), CALIB, EVAL, store)
+
+
+def test_slicegpt_rejects_nm(store):
+    with pytest.raises(ConfigError):
+        run_prune(MODEL, PruneConfig("slicegpt", 0.5, "2:4"), CALIB, EVAL, store)
+
+
+def test_cli_slice_sweep_effdim(capsys, store_root):
+    common = ["--model", "tiny-llama", "--calib", "pydoc", "--nsamples", "4", "--seqlen", "64",
+              "--eval", "pydoc", "--max-windows", "4", "--store", str(store_root), "--quiet"]  # fmt: skip
+    assert main(["slice", "--sparsity", "0.25", *common, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["d_sliced"] == 48
+    assert main(["sweep", "--sparsities", "0,0.5", *common]) == 0
+    assert "R^2" in capsys.readouterr().out
+    assert main(["effdim", "--store", str(store_root)]) == 0
+    assert "predicted" in capsys.readouterr().out
+    assert main(["sweep", "--sparsities", "0,x", *common]) == 2
+    assert "--sparsities" in capsys.readouterr().err
