@@ -112,11 +112,11 @@ def run_eval(
 ) -> dict[str, Any]:  # fmt: skip
     """Dense perplexity of a model; reuses a finished run with the same config unless forced."""
     cfg = RunConfig("eval", resolve_model_spec(model), eval_cfg)
-    cached = _cached(store, cfg, force)
+    cached = cached_result(store, cfg, force)
     if cached is not None:
         return cached
     with store.begin(cfg, force) as writer:
-        progress = _tee(writer.progress, on_progress)
+        progress = tee(writer.progress, on_progress)
         report(progress, "load", 0, 1, f"loading {cfg.model.name}")
         lm = lm or get_model(cfg.model, fresh=False)
         check_seqlen(lm, eval_cfg.seqlen)
@@ -133,7 +133,7 @@ def run_eval(
     return {"run_id": cfg.run_id, "config": cfg.to_dict(), "metrics": metrics, "cached": False}
 
 
-def _cached(store: RunStore, cfg: RunConfig, force: bool) -> dict[str, Any] | None:
+def cached_result(store: RunStore, cfg: RunConfig, force: bool) -> dict[str, Any] | None:
     if force:
         return None
     try:
@@ -150,7 +150,7 @@ def _cached(store: RunStore, cfg: RunConfig, force: bool) -> dict[str, Any] | No
     }
 
 
-def _tee(*fns: ProgressFn | None) -> ProgressFn:
+def tee(*fns: ProgressFn | None) -> ProgressFn:
     live = [f for f in fns if f is not None]
 
     def fn(stage: str, done: int, total: int, detail: str = "") -> None:
@@ -248,12 +248,12 @@ def run_prune(
         from core.slicing import run_slice
 
         return run_slice(model, prune, calib, eval_cfg, store, on_progress, force, save_dir)
-    cached = _cached(store, cfg, force) if save_dir is None else None
+    cached = cached_result(store, cfg, force) if save_dir is None else None
     if cached is not None:
         return cached
     device = torch.device(cfg.model.device)
     with store.begin(cfg, force) as writer:
-        progress = _tee(writer.progress, on_progress)
+        progress = tee(writer.progress, on_progress)
         report(progress, "load", 0, 1, f"loading {cfg.model.name}")
         lm = get_model(cfg.model, fresh=True)
         check_seqlen(lm, eval_cfg.seqlen)

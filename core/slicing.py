@@ -66,8 +66,7 @@ def run_slice(
     from core.methods.slicegpt import save_sliced
     from core.pipeline import (
         EFFDIM_WINDOWS,
-        _cached,
-        _tee,
+        cached_result,
         check_seqlen,
         get_calib_windows,
         get_eval_windows,
@@ -75,15 +74,16 @@ def run_slice(
         memory_report,
         residual_effdim,
         run_eval,
+        tee,
     )
 
     cfg = plan_slice(model, prune, calib, eval_cfg)
-    cached = _cached(store, cfg, force) if save_dir is None else None
+    cached = cached_result(store, cfg, force) if save_dir is None else None
     if cached is not None:
         return cached
     device = torch.device(cfg.model.device)
     with store.begin(cfg, force) as writer:
-        progress = _tee(writer.progress, on_progress)
+        progress = tee(writer.progress, on_progress)
         report(progress, "load", 0, 1, f"loading {cfg.model.name}")
         lm = get_model(cfg.model, fresh=True)
         check_seqlen(lm, eval_cfg.seqlen)
@@ -131,7 +131,7 @@ def run_sweep(
     store: RunStore, options: tuple = (), on_progress: ProgressFn | None = None, force: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """SliceGPT at every s of the grid (each a stored 'slice' run) and Paper A's relation."""
-    from core.pipeline import _cached, _tee, resolve_model_spec
+    from core.pipeline import cached_result, resolve_model_spec, tee
     from core.repdim import predicted_ppl, relation_fit
 
     grid = tuple(sorted({float(s) for s in sparsities}))
@@ -142,11 +142,11 @@ def run_sweep(
                     extra=(("sparsities", grid),))  # fmt: skip
     for s in grid:  # validate every point before any work
         plan_slice(model, dataclasses.replace(base, sparsity=s), calib, eval_cfg)
-    cached = _cached(store, cfg, force)
+    cached = cached_result(store, cfg, force)
     if cached is not None:
         return cached
     with store.begin(cfg, force) as writer:
-        progress = _tee(writer.progress, on_progress)
+        progress = tee(writer.progress, on_progress)
         writer.write_env(environment_record(cfg.model.device))
         points = []
         for i, s in enumerate(grid):

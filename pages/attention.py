@@ -14,6 +14,8 @@ from pages.common import cli_hint, get_store, pick_run, require_frame, run_label
 require_frame(__file__)
 DEFAULT_PROMPT = "The cat sat on the mat because it was warm, and the dog watched it."
 MAX_COMPARE = 8
+# Where the per-head error is measured: the typed prompt, or the probes stored at prune time.
+SOURCES = {"your prompt": None, "calibration": "calib", "held-out": "heldout"}
 
 store = get_store()
 st.title("Attention masks")
@@ -37,6 +39,17 @@ def maps(run_id: str, prompt: str, layer: int) -> tuple:
     x = am.prompt_input(lm, prompt, layer)
     dense, pruned = am.attention_pair(lm, x, run, layer)
     return dense, pruned, x.tokens
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def stored_errors(run_id: str, layer: int, text: str) -> list[float]:
+    """Per-head relative errors the run measured at prune time (empty if not recorded)."""
+    run = store.load(run_id)
+    if "attention_errors" not in run.tables():
+        return []
+    t = run.table("attention_errors")
+    t = t[(t["layer"] == layer) & (t["text"] == text)].sort_values("head")
+    return t["fro_rel"].tolist()
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -92,19 +105,27 @@ st.plotly_chart(
 
 st.subheader("Approximation error per head, across methods")
 same_model = [r for r in runs if r.model == run_rec.model]
-default = [r.id for r in same_model[:MAX_COMPARE]]
 labels = {r.id: run_label(r) for r in same_model}
 series = {r.id: f"{r.method} s={r.sparsity:g} [{r.id[:4]}]" for r in same_model}
-compare = st.multiselect(
-    "Runs to compare (same model)", list(labels), default, format_func=labels.get, key="cmp"
+c1, c2 = st.columns([2, 1])
+compare = c1.multiselect(
+    "Runs to compare (same model)",
+    list(labels),
+    [r.id for r in same_model[:MAX_COMPARE]],
+    format_func=labels.get,
+    key="cmp",
 )
+source = c2.radio("Measured on", list(SOURCES), key="err_source", horizontal=True)
 rows = []
 for rid in compare:
-    d, p, _ = maps(rid, prompt, layer)
-    errs = am.head_errors(d, p)
-    rows += [
-        {"series": labels[rid].split("  [")[0], "head": h, "fro_rel": float(v)}
-        for h, v in enumerate(errs["fro_rel"])
-    ]
+    if SOURCES[source] is None:
+        d, p, _ = maps(rid, prompt, layer)
+        errs = am.head_errors(d, p)["fro_rel"]
+    else:
+        errs = stored_errors(rid, layer, SOURCES[source])
+    rows += [{"series": series[rid], "head": h, "fro_rel": float(v)} for h, v in enumerate(errs)]
 st.plotly_chart(figures.head_error_bars(pd.DataFrame(rows)), key="head_errors")
-st.caption("‖P̃ − P‖_F / ‖P‖_F on this prompt, same X for every run (Paper B's data term).")
+st.caption(
+    f"‖P̃ − P‖_F / ‖P‖_F of layer {layer} with the same X for every run (Paper B's data "
+    "term): on your prompt, or on calibration / held-out windows as measured at prune time."
+)

@@ -22,6 +22,7 @@ SUMMARY_COLUMNS = ("ppl", "dense_ppl", "achieved_sparsity", "prune_seconds")
 STAGES = {
     "load": "loading the model",
     "owl": "measuring outlier ratios (OWL)",
+    "probe": "capturing dense attention references",
     "prune": "pruning layer by layer",
     "eval": "evaluating perplexity",
     "effdim": "measuring the effective dimension",

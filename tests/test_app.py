@@ -72,8 +72,15 @@ def fake_prune(store: RunStore, method: str, sparsity: float, keep_q: bool = Tru
         for i in range(4)
         for r in "qkvo"
     ]
+    errors = [
+        {"text": text, "layer": i, "head": h, "fro": 0.1, "fro_rel": 0.01 * (h + 1), "tv_max": 0.05}
+        for text in ("calib", "heldout")
+        for i in range(4)
+        for h in range(4)
+    ]
     with store.begin(cfg) as w:
         w.write_table("layers", layers)
+        w.write_table("attention_errors", errors)
         if keep_q:
             w.write_arrays("qk", qk)
         w.commit(
@@ -216,6 +223,9 @@ def test_attention_page_draws_masks_maps_and_head_errors(filled_store) -> None:
     at.run()
     assert not at.exception and not at.error
     assert len(at.multiselect(key="cmp").value) == 2  # both runs of the same model compared
+    at.radio(key="err_source").set_value("held-out")
+    at.run()
+    assert not at.exception and len(at.get("plotly_chart")) == 4
 
 
 def test_attention_page_rejects_an_empty_prompt(filled_store) -> None:
