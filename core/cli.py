@@ -152,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prune", help="prune a model and compare its perplexity with the dense one")
     _add_model(p), _add_prune(p), _add_calib(p), _add_eval(p, "--eval"), _add_common(p)
 
+    p = sub.add_parser("methods", help="the registered pruning methods and their --option keys")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true")
+
     runs = sub.add_parser("runs", help="list, show, delete or export stored runs")
     rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
     for name, helptext in [("list", "table of stored runs"), ("show", "one run's config and metrics"),
@@ -243,6 +247,24 @@ def cmd_prune(args, progress) -> dict[str, Any]:
                      progress, args.force, args.save, args.activations_on_cpu)  # fmt: skip
 
 
+def cmd_methods() -> list[dict[str, Any]]:
+    """Every registered method with its patterns and option defaults."""
+    import dataclasses
+
+    from core.methods import available_methods, get_method
+
+    out = []
+    for name in available_methods():
+        cls = get_method(name)
+        opts = {f.name: f.default for f in dataclasses.fields(cls.options_cls)}
+        patterns = ["unstructured"] + (["N:M"] if "nm" in cls.supports_patterns else [])
+        if cls.structured:
+            patterns = ["dimension slicing"]
+        out.append({"method": name, "structured": cls.structured, "patterns": patterns,
+                    "options": opts, "doc": (cls.__doc__ or "").strip().splitlines()[0]})  # fmt: skip
+    return out
+
+
 def cmd_runs(args) -> dict[str, Any] | list[dict[str, Any]]:
     import shutil
 
@@ -274,6 +296,12 @@ def _fmt(x: Any) -> str:
 
 
 def print_human(command: str, out: Any) -> None:
+    if command == "methods":
+        for m in out:
+            opts = ", ".join(f"{k}={v!r}" for k, v in m["options"].items()) or "(none)"
+            print(f"{m['method']:<14}{'/'.join(m['patterns']):<18}{m['doc']}")
+            print(f"{'':<14}options: {opts}")
+        return
     if isinstance(out, list):  # runs list
         if not out:
             print("no runs stored")
@@ -319,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "runs":
             out = cmd_runs(args)
+        elif args.command == "methods":
+            out = cmd_methods()
         else:
             from core import cli_analysis
 

@@ -47,7 +47,7 @@ class MagnitudeOptions:
 
 @register
 class Magnitude(LinearwiseMethod):
-    """|W| pruning. Asks for the Gram matrix only so the runner can report the error."""
+    """|W| pruning (per matrix or per row). Calibration data only serves the error report."""
 
     name = "magnitude"
     options_cls = MagnitudeOptions

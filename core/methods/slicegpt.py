@@ -707,12 +707,15 @@ def load_sliced(
 # ---- registry ------------------------------------------------------------------------------------
 @register
 class SliceGPT(Method):
-    """Structured: the orchestrator calls ``slice`` (whole model) instead of the layer runner."""
+    """SliceGPT: rotate by PCA and slice the representation dimension d to (1 − s)·d.
+
+    Structured: the orchestrator calls ``slice`` (whole model) instead of the layer runner."""
 
     name = "slicegpt"
     options_cls = SliceOptions
     structured = True
     needs_gram = False
+    supports_patterns = ("unstructured",)
     options: SliceOptions
 
     def slice(

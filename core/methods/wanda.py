@@ -59,7 +59,7 @@ class WandaOptions:
 
 @register
 class Wanda(LinearwiseMethod):
-    """Wanda pruning; the column norms come from the diagonal of the runner's Gram matrix."""
+    """Wanda pruning: |W|·‖X_j‖ scores compared per output row, no weight update."""
 
     name = "wanda"
     options_cls = WandaOptions
