@@ -179,7 +179,7 @@ def layer_error_bars(layers: pd.DataFrame, log_y: bool = False) -> go.Figure:
 
 
 # ---- Paper A: perplexity vs representation dimension -------------------------------------------
-def analytic_ppl(ppl0: float, d: int, d_prime: np.ndarray) -> np.ndarray:
+def analytic_ppl(ppl0: float, d: float, d_prime: np.ndarray) -> np.ndarray:
     """(A1): ln PPL0 / ln PPL = 1 − s with s = 1 − d′/d, i.e. PPL = PPL0^(d/d′)."""
     return np.exp(math.log(ppl0) * d / np.asarray(d_prime, dtype=float))
 
@@ -299,40 +299,53 @@ def ratio_vs_keep(
 
 
 def effdim_scatter(
-    points: pd.DataFrame, x: str = "eff_dim", x_title: str | None = None
+    points: pd.DataFrame,
+    x: str = "eff_dim",
+    ppl0: float | None = None,
+    d_ref: float | None = None,
 ) -> go.Figure:
-    """Perplexity against a representation dimension, one colour per method, log-y.
+    """Perplexity against a representation dimension, one colour per method, log-y; with the
+    dense point (ppl0, d_ref) the relation PPL = PPL0^(d_ref/x) is drawn dashed.
 
-    points columns: method, ``x``, ppl; optional sparsity, run_id (hover), kind ("sweep"
-    points are SliceGPT's; drawn as diamonds joined by a line).
+    points columns: method, ``x``, ppl; optional sparsity (hover). SliceGPT's points are
+    diamonds joined by a line.
     """
     points = points.dropna(subset=[x, "ppl"]) if not points.empty else points
     if points.empty:
         return empty_figure("no runs with an effective dimension yet")
     fig = go.Figure()
+    if ppl0 and d_ref:
+        lo = min(float(points[x].min()), d_ref) * 0.9
+        grid = np.linspace(lo, max(float(points[x].max()), d_ref) * 1.05, 200)
+        fig.add_trace(
+            go.Scatter(
+                x=grid,
+                y=analytic_ppl(ppl0, d_ref, grid),
+                mode="lines",
+                name="PPL₀^(d_dense/d)",
+                line=dict(dash="dash", color="gray"),
+            )
+        )
     for i, (method, g) in enumerate(points.groupby("method", sort=True)):
         g = g.sort_values(x)
         sliced = str(method).startswith("slicegpt")
-        hover = [
-            f"{method}<br>s={s:.3f}" if pd.notna(s) else str(method)
-            for s in g.get("sparsity", pd.Series([np.nan] * len(g)))
-        ]
+        sparsity = g["sparsity"] if "sparsity" in g else pd.Series(np.nan, index=g.index)
+        hover = [f"{method}<br>s={s:.3f}" if pd.notna(s) else str(method) for s in sparsity]
+        symbol = "diamond" if sliced else ("star" if method == "dense" else "circle")
         fig.add_trace(
             go.Scatter(
                 x=g[x],
                 y=g["ppl"],
                 name=str(method),
                 mode="lines+markers" if sliced else "markers",
-                marker=dict(
-                    size=10, symbol="diamond" if sliced else "circle", color=color_of(method, i)
-                ),
+                marker=dict(size=11, symbol=symbol, color=color_of(method, i)),
                 text=hover,
                 hovertemplate="%{text}<br>" + x + " %{x:.1f}<br>ppl %{y:.3f}<extra></extra>",
             )
         )
     fig.update_yaxes(**LOG_AXIS, title="perplexity (log)")
-    fig.update_xaxes(title=x_title or x)
-    return _layout(fig, "Perplexity vs representation dimension, all methods")
+    fig.update_xaxes(title=x)
+    return _layout(fig, "Perplexity vs effective dimension, all methods")
 
 
 DIM_KEY = re.compile(r"^(eff_?dim_)?(mean_|final_)?(pca\d+|erank|erank_sv)$")
@@ -569,11 +582,20 @@ def gd_trajectories(
 
 
 # ---- tables shaped for the charts -------------------------------------------------------------------
-def series_name(method: str, pattern: str | None, model: str | None, many_models: bool) -> str:
-    """Legend name of a run: the method, its N:M pattern when structured, the model if mixed."""
+def series_name(
+    method: str,
+    pattern: str | None,
+    model: str | None,
+    many_models: bool,
+    targets: str | None = None,
+) -> str:
+    """Legend name of a run: the method, its N:M pattern when structured, the linears it
+    pruned when not all of them, and the model when several are mixed."""
     name = method or "?"
-    if pattern and pattern != "unstructured":
+    if isinstance(pattern, str) and pattern != "unstructured":
         name += f" {pattern}"
+    if isinstance(targets, str) and targets != "all":
+        name += f" [{targets}]"
     if many_models and model:
         name += f" ({model})"
     return name
@@ -581,7 +603,7 @@ def series_name(method: str, pattern: str | None, model: str | None, many_models
 
 def compare_frame(runs: pd.DataFrame) -> pd.DataFrame:
     """Rows for ``ppl_vs_sparsity`` from a runs table (columns: id, kind, status, model,
-    method, sparsity, pattern, ppl[, achieved_sparsity, dense_ppl]); finished prunes only,
+    method, sparsity, pattern, ppl[, targets, achieved_sparsity, dense_ppl]); finished prunes only,
     achieved sparsity when recorded."""
     if runs.empty:
         return pd.DataFrame(columns=["run_id", "method", "sparsity", "ppl", "series"])
@@ -589,9 +611,10 @@ def compare_frame(runs: pd.DataFrame) -> pd.DataFrame:
     many = done["model"].nunique() > 1
     if "achieved_sparsity" in done:
         done["sparsity"] = done["achieved_sparsity"].fillna(done["sparsity"])
+    targets = done["targets"] if "targets" in done else [None] * len(done)
     done["series"] = [
-        series_name(m, p, mo, many)
-        for m, p, mo in zip(done["method"], done["pattern"], done["model"], strict=True)
+        series_name(m, p, mo, many, t)
+        for m, p, mo, t in zip(done["method"], done["pattern"], done["model"], targets, strict=True)
     ]
     cols = [c for c in ("id", "method", "sparsity", "ppl", "series", "dense_ppl") if c in done]
     return done[cols].rename(columns={"id": "run_id"}).dropna(subset=["ppl"])

@@ -77,6 +77,22 @@ def get_model(spec: ModelSpec, fresh: bool = True) -> LoadedModel:
     return lm
 
 
+def check_pattern(lm: LoadedModel, roles: tuple[str, ...], pattern: str) -> None:
+    """Reject an N:M pattern whose M does not divide a targeted linear's input width, before
+    any work is done."""
+    from core.masks import parse_pattern
+
+    nm = parse_pattern(pattern)
+    if nm is None:
+        return
+    for role, lin in lm.adapter.linears(lm.adapter.layers[0], roles).items():
+        if lin.in_features % nm[1]:
+            raise ConfigError(
+                f"N:M pattern {pattern} needs input widths divisible by {nm[1]}; "
+                f"{role}_proj has {lin.in_features}"
+            )
+
+
 def check_seqlen(lm: LoadedModel, seqlen: int, what: str = "seqlen") -> None:
     ctx = lm.adapter.max_positions
     if ctx and seqlen > ctx:
@@ -265,7 +281,6 @@ def run_prune(
         calib_ids, calib_info = get_calib_windows(lm, calib)
         cls = get_method(prune.method)
         method = cls(cls.options_cls(**dict(prune.options)))
-        roles = resolve_roles(prune.targets)
         kw = {"activations_on_cpu": activations_on_cpu}
 
         probes = []

@@ -53,13 +53,14 @@ def block_name(row: pd.Series) -> str:
     return "k (shared)" if row["matrix"] == "k" else "group total"
 
 
-def theory_lines(heads: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """Reference lines of one group: Lipschitz bound, 1/η of the step rule, μ̂ of the group."""
+def theory_lines(heads: pd.DataFrame, with_bound: bool) -> dict[str, dict[str, float]]:
+    """Reference lines of one group: the analytic Lipschitz bound (if asked), 1/η of the step
+    rule, and μ̂ of the group."""
     group = heads[heads["matrix"] == "group"]
     row = group.iloc[0] if len(group) else heads.iloc[0]
     lines: dict[str, dict[str, float]] = {"lipschitz_est": {}, "pl_ratio": {}}
     bound = row.get("lipschitz_bound")
-    if bound is not None and math.isfinite(bound):
+    if with_bound and bound is not None and math.isfinite(bound):
         lines["lipschitz_est"]["upper bound"] = float(bound)
     eta = row.get("step_size")
     if eta is not None and math.isfinite(eta) and eta > 0:
@@ -95,9 +96,17 @@ group = c2.selectbox("GQA group", groups, key="gd_group")
 sel = traj[(traj["layer"] == layer) & (traj["group"] == group)].copy()
 sel["block"] = sel.apply(block_name, axis=1)
 blocks = list(dict.fromkeys(sel["block"]))
-shown = st.multiselect("Blocks", blocks, blocks, key="gd_blocks")
+c1, c2 = st.columns([3, 1])
+shown = c1.multiselect("Blocks", blocks, blocks, key="gd_blocks")
+with_bound = c2.toggle(
+    "analytic Lipschitz bound",
+    True,
+    key="gd_bound",
+    help="the closed-form upper bound on L is often orders of magnitude above the secant "
+    "estimates; hide it to zoom on the measured values",
+)
 group_heads = heads[(heads["layer"] == layer) & (heads["group"] == group)] if len(heads) else heads
-theory = theory_lines(group_heads) if len(group_heads) else None
+theory = theory_lines(group_heads, with_bound) if len(group_heads) else None
 st.plotly_chart(
     figures.gd_trajectories(sel[sel["block"].isin(shown)], theory, series="block"),
     key="gd_traj",
@@ -123,7 +132,17 @@ counts = heads.pivot_table(
     index="layer", columns="verdict", values="head", aggfunc="count", fill_value=0
 )
 st.dataframe(counts, key="verdict_counts")
-st.dataframe(heads[[c for c in HEAD_COLUMNS if c in heads]], hide_index=True, key="gd_heads")
+shown_cols = [c for c in HEAD_COLUMNS if c in heads]
+st.dataframe(
+    heads[shown_cols],
+    hide_index=True,
+    key="gd_heads",
+    column_config={
+        c: st.column_config.NumberColumn(c, format="%.3g")
+        for c in shown_cols
+        if heads[c].dtype.kind == "f"
+    },
+)
 with st.expander("What the verdicts mean"):
     for name, text in VERDICTS.items():
         st.markdown(f"- **{name}**: {text}")

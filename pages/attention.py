@@ -26,6 +26,10 @@ st.caption(
 )
 
 
+def _targets(rec: RunRecord) -> str | None:
+    return (rec.config.get("prune") or {}).get("targets")
+
+
 def with_qk(records: list[RunRecord]) -> list[RunRecord]:
     """Finished prune runs that stored their pruned W_Q/W_K."""
     return [r for r in records if "layer0.q" in store.load(r.id).array_keys("qk")]
@@ -106,7 +110,12 @@ st.plotly_chart(
 st.subheader("Approximation error per head, across methods")
 same_model = [r for r in runs if r.model == run_rec.model]
 labels = {r.id: run_label(r) for r in same_model}
-series = {r.id: f"{r.method} s={r.sparsity:g} [{r.id[:4]}]" for r in same_model}
+series = {
+    r.id: f"{figures.series_name(r.method, r.pattern, None, False, _targets(r))} s={r.sparsity:g}"
+    for r in same_model
+}
+if len(set(series.values())) < len(series):  # same method and sparsity twice: tell them apart
+    series = {rid: f"{name} [{rid[:4]}]" for rid, name in series.items()}
 c1, c2 = st.columns([2, 1])
 compare = c1.multiselect(
     "Runs to compare (same model)",

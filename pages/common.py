@@ -26,6 +26,8 @@ STAGES = {
     "prune": "pruning layer by layer",
     "eval": "evaluating perplexity",
     "effdim": "measuring the effective dimension",
+    "sweep": "slicing at each s",
+    "slice": "slicing the model",
 }
 
 
@@ -71,6 +73,7 @@ def runs_frame(records: list[RunRecord]) -> pd.DataFrame:
             "method": r.method or ("dense" if r.kind == "eval" else None),
             "sparsity": r.sparsity,
             "pattern": r.pattern,
+            "targets": (r.config.get("prune") or {}).get("targets"),
             "dataset": r.dataset,
         }
         row.update({k: r.summary.get(k) for k in SUMMARY_COLUMNS})
@@ -84,6 +87,7 @@ def runs_frame(records: list[RunRecord]) -> pd.DataFrame:
         "method",
         "sparsity",
         "pattern",
+        "targets",
         "dataset",
         *SUMMARY_COLUMNS,
         "id",

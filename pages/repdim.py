@@ -27,11 +27,13 @@ from pages.common import (
 
 require_frame(__file__)
 
-SWEEP_HINT = "python -m core sweep --model smollm2-135m"
+SWEEP_HINT = "python -m core sweep --model smollm2-135m --sparsities 0.1,0.2,0.3,0.4,0.5"
+PRUNE_HINT = "python -m core prune --model smollm2-135m --method wanda --sparsity 0.5"
+DEFAULT_DIM = "effdim_mean_pca99"  # the statistic core.slicing tests the relation with
 # Defaults that keep a sweep of the embedded model to minutes on a CPU.
 FAST_DEFAULTS = {"nsamples": 16, "seqlen": 256, "calib_seqlen": 256, "max_windows": 16}
 PRIMARY_GROUPS = ("model", "sweep", "slicing", "slicegpt")
-SWEEP_COLUMNS = ["s", "s_eff", "d_prime", "params", "ppl", "predicted_ppl", "rel_error"]
+SWEEP_COLUMNS = ["s", "s_eff", "d_prime", "params", "ppl", "predicted_ppl", "rel_error", "fit_ppl"]
 
 store = get_store()
 st.title("Representation dimension")
@@ -103,7 +105,8 @@ def sweep_launcher() -> None:
     job_id = current_job("sweep_job_id")
     status = jobs.job_status(store, job_id) if job_id else None
     if status is None or status.finished:
-        with st.expander("Start a SliceGPT sweep", expanded=status is None):
+        first = status is None and not store.list(kind="sweep")
+        with st.expander("Start a SliceGPT sweep", expanded=first):
             try:
                 params = sweep_form()
                 if params is not None:
@@ -122,7 +125,7 @@ def sweep_launcher() -> None:
 # ---- a stored sweep ------------------------------------------------------------------------------
 def full_width(run: Run, sweep: pd.DataFrame) -> int | None:
     """d of the sliced model: from the run's model record, else d′/(1 − s_eff)."""
-    d = (run.metrics.get("model") or {}).get("hidden_size")
+    d = run.metrics.get("d") or (run.metrics.get("model") or {}).get("hidden_size")
     if d:
         return int(d)
     if {"s_eff", "d_prime"} <= set(sweep.columns):
@@ -150,7 +153,7 @@ def show_sweep(run: Run) -> None:
         return
     left, right = st.columns(2)
     left.plotly_chart(figures.ppl_vs_dprime(sweep, ppl0, d, a, b), key="ppl_dprime")
-    s_col = "s_eff" if "s_eff" in sweep else "s"
+    s_col = "s" if "s" in sweep else "s_eff"  # the fit is made against the nominal s
     right.plotly_chart(figures.ratio_vs_keep(sweep, ppl0, a, b, s_col), key="ratio_keep")
     st.markdown("**Measured vs predicted perplexity** (prediction PPL₀^(d/d′), error relative)")
     st.dataframe(
@@ -160,37 +163,37 @@ def show_sweep(run: Run) -> None:
             "ppl": st.column_config.NumberColumn("measured ppl", format="%.3f"),
             "predicted_ppl": st.column_config.NumberColumn("predicted ppl", format="%.3f"),
             "rel_error": st.column_config.NumberColumn("rel. error", format="%.4f"),
+            "fit_ppl": st.column_config.NumberColumn("fitted ppl", format="%.3f"),
         },
         key="sweep_table",
     )
 
 
 # ---- effective dimension across methods --------------------------------------------------------------
-def effdim_points(sweep_run: Run | None) -> pd.DataFrame:
-    """One row per prune run (summary eff_dim_* keys) plus SliceGPT's points when recorded."""
+def effdim_points() -> pd.DataFrame:
+    """Finished prune and slice runs and their dense baselines, with every effective-dimension
+    metric they recorded; ``group`` is the dense run they are compared with."""
     rows = []
-    for rec in store.list(kind="prune", status="done"):
+    for rec in store.list(status="done"):
+        if rec.kind not in ("prune", "slice", "eval"):
+            continue
         dims = {k: v for k, v in rec.summary.items() if figures.is_dim_key(k) and _num(v)}
-        if dims and _num(rec.summary.get("ppl")):
-            rows.append(
-                {
-                    "run_id": rec.id,
-                    "method": rec.method,
-                    "sparsity": rec.sparsity,
-                    "ppl": rec.summary["ppl"],
-                    "model": rec.model,
-                    **dims,
-                }
-            )
-    if sweep_run is not None:
-        for name in ("effdim_compare", "sweep"):
-            if name in sweep_run.tables():
-                t = sweep_run.table(name)
-                if any(figures.is_dim_key(c) for c in t.columns):
-                    t = t.assign(method=t.get("method", "slicegpt"))
-                    if "sparsity" not in t:
-                        t = t.assign(sparsity=t.get("s_eff", t.get("s")))
-                    rows += t.to_dict("records")
+        if not dims or not _num(rec.summary.get("ppl")):
+            continue
+        method = "dense" if rec.kind == "eval" else rec.method
+        group = rec.id if rec.kind == "eval" else rec.summary.get("dense_run")
+        rows.append(
+            {
+                "run_id": rec.id,
+                "method": method,
+                "sparsity": rec.sparsity,
+                "ppl": rec.summary["ppl"],
+                "model": rec.model,
+                "dataset": rec.dataset,
+                "group": group,
+                **dims,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -198,19 +201,56 @@ def _num(v: Any) -> bool:
     return isinstance(v, int | float) and math.isfinite(v)
 
 
+def pick_group(points: pd.DataFrame) -> pd.DataFrame:
+    """The runs compared with one dense baseline (same model and evaluation windows)."""
+    dense = points[points["method"] == "dense"].set_index("run_id")
+    groups = [g for g in points["group"].dropna().unique() if g in dense.index]
+    if len(groups) > 1:
+        sizes = points["group"].value_counts()
+        groups.sort(key=lambda g: -sizes.get(g, 0))
+        label = {g: f"{dense.at[g, 'model']} · {dense.at[g, 'dataset']} [{g[:8]}]" for g in groups}
+        chosen = st.selectbox("Model and evaluation data", groups, format_func=label.get, key="grp")
+    else:
+        chosen = groups[0] if groups else None
+    return points[points["group"] == chosen] if chosen else points
+
+
 def show_effdim(points: pd.DataFrame) -> None:
     dims = sorted({c for c in points.columns if figures.is_dim_key(c)})
     if points.empty or not dims:
-        cli_hint(
-            "No stored run records an effective dimension yet.",
-            "python -m core prune --model smollm2-135m --method wanda --sparsity 0.5",
-        )
+        cli_hint("No stored run records an effective dimension yet.", PRUNE_HINT)
         return
-    x = st.selectbox("Dimension measure", dims, key="effdim_measure")
-    st.plotly_chart(figures.effdim_scatter(points, x=x), key="effdim_scatter")
+    group = pick_group(points)
+    default = dims.index(DEFAULT_DIM) if DEFAULT_DIM in dims else 0
+    x = st.selectbox("Dimension measure", dims, index=default, key="effdim_measure")
+    dense = group[group["method"] == "dense"]
+    others = group[(group["method"] != "dense") & group[x].notna()]
+    ppl0 = float(dense["ppl"].iloc[0]) if len(dense) else None
+    d_ref = float(dense[x].iloc[0]) if len(dense) and _num(dense[x].iloc[0]) else None
+    st.plotly_chart(figures.effdim_scatter(group, x, ppl0, d_ref), key="effdim_scatter")
+    if ppl0 and d_ref and len(others):
+        from core.repdim import effective_relation
+
+        rel = effective_relation(
+            ppl0,
+            d_ref,
+            [
+                {"method": m, "sparsity": s, "ppl": p, "d_eff": d}
+                for m, s, p, d in others[["method", "sparsity", "ppl", x]].itertuples(index=False)
+            ],
+        )
+        c = st.columns(3)
+        c[0].metric("mean |prediction error|", f"{rel['mean_abs_rel_error']:.1%}")
+        c[1].metric("fit a, b", f"{rel['a']:.3f}, {rel['b']:.3f}")
+        c[2].metric("fit R²", f"{rel['r2']:.3f}" if _num(rel["r2"]) else "–")
+        table = pd.DataFrame(rel["rows"])[
+            ["method", "sparsity", "d_eff", "measured", "predicted", "rel_error"]
+        ]
+        st.dataframe(table, hide_index=True, key="effdim_table")
     st.caption(
-        "Unstructured methods keep the width d but can shrink the residual stream's effective "
-        "dimension; SliceGPT sets it directly. Paper A's question is whether PPL follows it."
+        "Unstructured methods keep the width d but can shrink the dimension the residual stream "
+        "actually uses; SliceGPT sets it directly. The dashed curve is Paper A's relation with "
+        "the effective dimension in place of d′: PPL = PPL₀^(d_dense/d_eff)."
     )
 
 
@@ -218,11 +258,9 @@ def show_effdim(points: pd.DataFrame) -> None:
 sweep_launcher()
 st.subheader("Stored sweeps")
 sweeps = store.list(kind="sweep", status="done")
-sweep_run = None
 if sweeps:
-    sweep_run = store.load(pick_run("Sweep", sweeps, key="sweep_run").id)
-    show_sweep(sweep_run)
+    show_sweep(store.load(pick_run("Sweep", sweeps, key="sweep_run").id))
 else:
     cli_hint("No finished SliceGPT sweep in the store yet.", SWEEP_HINT)
 st.subheader("Effective dimension of every stored run")
-show_effdim(effdim_points(sweep_run))
+show_effdim(effdim_points())

@@ -22,6 +22,7 @@ from core.store import RunStore
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGES = ["home", "prune", "repdim", "attention", "assumptions", "runs"]
 TINY = ModelSpec("tiny-llama", "cpu", "float32")
+DENSE = RunConfig("eval", TINY, EvalConfig(DataSpec("pydoc"), 64, 4))
 
 
 # ---- helpers ----------------------------------------------------------------------------------------
@@ -91,11 +92,19 @@ def fake_prune(store: RunStore, method: str, sparsity: float, keep_q: bool = Tru
                 "decoder_sparsity": sparsity,
                 "prune_seconds": 1.0,
                 "effdim_mean_erank": 20 - sparsity,
+                "effdim_mean_pca99": 40 - 20 * sparsity,
+                "dense_run": DENSE.run_id,
                 "model": lm.adapter.describe(),
                 "data": {"dataset": "pydoc", "comparable": False},
             }
         )
     return cfg.run_id
+
+
+def fake_dense(store: RunStore) -> str:
+    with store.begin(DENSE) as w:
+        w.commit({"ppl": 250.0, "effdim_mean_pca99": 40.0, "effdim_mean_erank": 21.0})
+    return DENSE.run_id
 
 
 def fake_gd(store: RunStore) -> str:
@@ -169,13 +178,14 @@ def fake_sweep(store: RunStore) -> str:
     ]
     with store.begin(cfg) as w:
         w.write_table("sweep", rows)
-        w.commit({"ppl0": ppl0, "a": 0.95, "b": 0.0, "r2": 0.98, "model": {"hidden_size": d}})
+        w.commit({"ppl0": ppl0, "d": d, "a": 0.95, "b": 0.0, "r2": 0.98})
     return cfg.run_id
 
 
 @pytest.fixture
 def filled_store(store) -> dict[str, str]:
     return {
+        "dense": fake_dense(store),
         "wanda": fake_prune(store, "wanda", 0.5),
         "magnitude": fake_prune(store, "magnitude", 0.3),
         "gd": fake_gd(store),
@@ -247,9 +257,16 @@ def test_assumptions_page_trajectories_and_summary(filled_store) -> None:
 
 def test_repdim_page_sweep_charts_table_and_effdim(filled_store) -> None:
     at = open_page("repdim")
+    assert not at.error, texts(at.error)
     assert len(at.get("plotly_chart")) == 3  # ppl vs d′, ratio vs 1−s, effective dimension
-    assert {m.label: m.value for m in at.metric}["width d"] == "64"
-    assert len(at.dataframe) == 1
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["width d"] == "64" and "mean |prediction error|" in metrics
+    assert at.selectbox(key="effdim_measure").value == "effdim_mean_pca99"
+    relation = at.dataframe[1].value
+    assert sorted(relation["method"]) == ["magnitude", "wanda"]
+    # wanda: d_eff 30 of 40 -> PPL0^(40/30)
+    wanda = relation[relation["method"] == "wanda"].iloc[0]
+    assert wanda["predicted"] == pytest.approx(250.0 ** (40 / 30))
 
 
 def test_runs_page_lists_every_run(filled_store) -> None:
@@ -287,23 +304,45 @@ def fill_prune_form(at: AppTest, **values) -> None:
     at.run()
 
 
-def wait_for_job(at: AppTest, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if at.success or at.error or at.warning:
-            return
+def finished(at: AppTest) -> bool:
+    return bool(at.success or at.error or at.warning)
+
+
+@pytest.fixture(scope="module")
+def ui_jobs(tmp_path_factory):
+    """Three jobs started from three Prune pages at once (they share the start-up time): one
+    that succeeds, one whose model does not exist, one cancelled with its Cancel button."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PRUNESCOPE_HOME", str(tmp_path_factory.mktemp("ui") / "store"))
+    pages = {name: open_page("prune") for name in ("ok", "bad", "cancel")}
+    fill_prune_form(pages["ok"])
+    fill_prune_form(
+        pages["bad"],
+        model="other (local folder or Hugging Face id)",
+        custom_model="no-org/missing-model-xyz",
+    )
+    fill_prune_form(pages["cancel"], windows=400, seqlen=512, nsamples=64)
+    store = RunStore()
+    slow = pages["cancel"].session_state["job_id"]
+    deadline = time.monotonic() + 90
+    while jobs.job_status(store, slow).phase is None and time.monotonic() < deadline:
+        time.sleep(0.3)
+    pages["cancel"].run()
+    button(pages["cancel"], "Cancel").click()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(finished(at) for at in pages.values()):
         time.sleep(0.5)
-        at.run()
-    raise TimeoutError("the job did not finish")
+        for at in pages.values():
+            if not finished(at):
+                at.run()
+    yield {"store": store, **pages}
+    mp.undo()
 
 
-def test_prune_job_runs_live_and_shows_results(store) -> None:
-    at = open_page("prune")
-    fill_prune_form(at)
+def test_prune_job_runs_live_and_shows_results(ui_jobs) -> None:
+    at, store = ui_jobs["ok"], ui_jobs["store"]
     assert not at.error, texts(at.error)
     job_id = at.session_state["job_id"]
-    wait_for_job(at)
-    assert not at.error, texts(at.error)
     assert job_id in texts(at.success)
     assert store.get(job_id).status == "done"
     metrics = {m.label: m.value for m in at.metric}
@@ -311,14 +350,14 @@ def test_prune_job_runs_live_and_shows_results(store) -> None:
     assert len(at.get("plotly_chart")) == 2
 
 
-def test_failed_job_shows_one_error(store) -> None:
-    at = open_page("prune")
-    fill_prune_form(
-        at, model="other (local folder or Hugging Face id)", custom_model="no-org/missing-model-xyz"
-    )
-    wait_for_job(at)
+def test_failed_job_shows_one_error(ui_jobs) -> None:
+    at = ui_jobs["bad"]
     assert len(at.error) == 1 and "missing-model-xyz" in at.error[0].value
-    assert [r for r in store.list() if r.status == "running"] == []
+
+
+def test_cancel_button_stops_the_job(ui_jobs) -> None:
+    assert "cancelled" in texts(ui_jobs["cancel"].warning)
+    assert [r for r in ui_jobs["store"].list() if r.status == "running"] == []
 
 
 @pytest.mark.parametrize(
@@ -379,21 +418,6 @@ def test_runs_page_compares_exports_and_deletes_a_selection(filled_store, store)
     left = {r.id for r in store.list()}
     assert filled_store["wanda"] not in left and filled_store["magnitude"] not in left
     assert filled_store["gd"] in left
-
-
-def test_cancel_button_stops_the_job(store) -> None:
-    at = open_page("prune")
-    fill_prune_form(at, windows=400, seqlen=512, nsamples=64)
-    job_id = at.session_state["job_id"]
-    deadline = time.monotonic() + 60
-    while jobs.job_status(store, job_id).phase is None and time.monotonic() < deadline:
-        time.sleep(0.3)
-    at.run()
-    button(at, "Cancel").click()
-    at.run()
-    wait_for_job(at)
-    assert "cancelled" in texts(at.warning)
-    assert [r for r in store.list() if r.status == "running"] == []
 
 
 def test_sweep_form_is_drawn_from_the_cli_options(store, monkeypatch) -> None:

@@ -150,46 +150,63 @@ def test_status_of_unknown_id_and_of_a_cli_run(store) -> None:
     assert jobs.cancel(store, "nothing") is False
 
 
-# ---- real jobs (tiny model, offline corpus) --------------------------------------------------------------
-def test_job_runs_to_done_under_its_planned_id_and_cleans_up(store) -> None:
-    job_id = jobs.start_job(store, "prune", TINY, save_model=True)
-    assert jobs.start_job(store, "prune", TINY, save_model=True) == job_id  # joined, not doubled
-    status = wait(store, job_id)
-    assert status.state == "done", status.error
-    assert status.run_id == job_id and status.elapsed > 0
-    run = store.load(job_id)
-    assert run.metrics["ppl"] > 0 and "layers" in run.tables()
-    saved = jobs.model_dir(store, job_id)
-    assert (saved / "config.json").is_file() and run.metrics["saved_to"] == str(saved)
-    job = json.loads(jobs.job_path(store, job_id).read_text())
-    assert "--save" in job["argv"] and "--quiet" in job["argv"]
-
-    with zipfile.ZipFile(BytesIO(jobs.export_runs(store, [job_id]))) as zf:
-        assert f"{job_id}/metrics.json" in zf.namelist()
-    with zipfile.ZipFile(BytesIO(jobs.zip_folder(saved, "model", compress=False))) as zf:
-        assert "model/config.json" in zf.namelist()
-
-    jobs.delete_run(store, job_id)
-    assert not saved.exists() and not jobs.log_path(store, job_id).exists()
-    assert job_id not in {r.id for r in store.list()}
-
-
-def test_failed_and_cancelled_jobs_leave_the_store_consistent(store) -> None:
+# ---- real jobs (tiny model, offline corpus), started together to share the start-up time -----
+@pytest.fixture(scope="module")
+def three_jobs(tmp_path_factory) -> dict:
+    """A job that succeeds (saving its model), one that fails, one cancelled mid-run."""
+    store = RunStore(tmp_path_factory.mktemp("jobs") / "store")
+    ok = jobs.start_job(store, "prune", TINY, save_model=True)
+    joined = jobs.start_job(store, "prune", TINY, save_model=True)
     bad = jobs.start_job(store, "prune", {**TINY, "model": "no-org/no-such-model-xyz"})
     slow = jobs.start_job(
         store, "prune", {**TINY, "seqlen": 512, "max_windows": 400, "nsamples": 64}
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 90
     while jobs.job_status(store, slow).phase is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert jobs.cancel(store, slow)
-    cancelled = wait(store, slow)
-    assert cancelled.state == "cancelled"
+    cancelled = jobs.cancel(store, slow)
+    return {
+        "store": store,
+        "ok": ok,
+        "joined": joined,
+        "cancel_sent": cancelled,
+        "status": {
+            name: wait(store, job) for name, job in [("ok", ok), ("bad", bad), ("slow", slow)]
+        },
+    }
 
-    failed = wait(store, bad)
+
+def test_job_runs_to_done_under_its_planned_id(three_jobs) -> None:
+    store, job_id, status = three_jobs["store"], three_jobs["ok"], three_jobs["status"]["ok"]
+    assert three_jobs["joined"] == job_id  # the same config again joins the running job
+    assert status.state == "done", status.error
+    assert status.run_id == job_id and status.elapsed > 0
+    run = store.load(job_id)
+    assert run.metrics["ppl"] > 0 and "layers" in run.tables()
+    job = json.loads(jobs.job_path(store, job_id).read_text())
+    assert "--save" in job["argv"] and "--quiet" in job["argv"]
+
+
+def test_failed_and_cancelled_jobs_leave_the_store_consistent(three_jobs) -> None:
+    failed, cancelled = three_jobs["status"]["bad"], three_jobs["status"]["slow"]
     assert failed.state == "failed"
     assert "no-such-model-xyz" in failed.error and "not found" in failed.error
-    assert [r for r in store.list() if r.status == "running"] == []
+    assert three_jobs["cancel_sent"] and cancelled.state == "cancelled"
+    assert [r for r in three_jobs["store"].list() if r.status == "running"] == []
+
+
+def test_saved_model_export_and_delete(three_jobs) -> None:
+    store, job_id = three_jobs["store"], three_jobs["ok"]
+    saved = jobs.model_dir(store, job_id)
+    assert (saved / "config.json").is_file()
+    assert store.load(job_id).metrics["saved_to"] == str(saved)
+    with zipfile.ZipFile(BytesIO(jobs.export_runs(store, [job_id]))) as zf:
+        assert f"{job_id}/metrics.json" in zf.namelist()
+    with zipfile.ZipFile(BytesIO(jobs.zip_folder(saved, "model", compress=False))) as zf:
+        assert "model/config.json" in zf.namelist()
+    jobs.delete_run(store, job_id)
+    assert not saved.exists() and not jobs.log_path(store, job_id).exists()
+    assert job_id not in {r.id for r in store.list()}
 
 
 def test_save_corpus_limits_and_names_by_hash(store) -> None:

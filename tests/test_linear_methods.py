@@ -231,14 +231,14 @@ def test_sparsegpt_raises_damping_when_not_pd(caplog: pytest.LogCaptureFixture) 
         W_new, _, info = sparsegpt_prune(W, hessian(X), 0.5, percdamp=1e-9)
     assert info["damp_increases"] > 0
     assert info["percdamp"] == pytest.approx(1e-9 * 10 ** info["damp_increases"])
-    assert "retrying with percdamp" in caplog.text
+    assert "raising the damping" in caplog.text
     assert torch.isfinite(W_new).all()
 
 
 @pytest.mark.parametrize("kind", ["indefinite", "nan"])
 def test_sparsegpt_unfixable_hessian_raises(kind: str) -> None:
     H = torch.eye(32)
-    if kind == "indefinite":  # eigenvalue -19, beyond what 10⁴ × percdamp can repair
+    if kind == "indefinite":  # eigenvalue -19, beyond what damping up to mean(diag H) can repair
         v = torch.ones(32) / 32**0.5
         H -= 20 * torch.outer(v, v)
     else:

@@ -93,7 +93,7 @@ def test_bad_prune_configs(store, prune, message):
 
 def test_nm_width_must_divide(store):
     # tiny-llama has width 64 / 128: 3 does not divide them
-    with pytest.raises(ConfigError, match="divisible"):
+    with pytest.raises(ConfigError, match="divisible by 3"):
         run_prune(MODEL, PruneConfig("wanda", 0.5, "2:3"), CALIB, EVAL, store)
     assert [r.status for r in store.list(kind="prune")] == ["failed"]
     assert not store.run_dir(store.list(kind="prune")[0].id).exists()

@@ -19,7 +19,7 @@ Differences from the reference ``fasterprune``:
 - H⁻¹ and its Cholesky factor are computed in float64, then the sweep runs in float32: LLM
   inputs have outlier features, which make H badly conditioned.
 - If the damped H is still not positive definite, the damping is raised tenfold (up to
-  ``MAX_DAMP_INCREASES`` times) with a warning; the damping used is returned in ``info``.
+  up to ``MAX_PERCDAMP``) with a warning; the damping used is returned in ``info``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ from core.methods.linear import LinearwiseMethod
 
 log = logging.getLogger(__name__)
 
-MAX_DAMP_INCREASES = 4  # percdamp grows to at most 10⁴ × its setting before we give up
+# percdamp grows tenfold per failed factorisation up to λ = mean(diag H) (percdamp 1): beyond
+# that the damping, not the data, would decide the update.
+MAX_PERCDAMP = 1.0
 
 
 def check_sparsegpt_options(percdamp: float, blocksize: int) -> None:
@@ -64,8 +66,8 @@ def inverse_hessian_factor(H: torch.Tensor, percdamp: float) -> tuple[torch.Tens
             f"SparseGPT: the Hessian diagonal has mean {mean_diag}; the calibration statistics "
             "are not usable (NaN/inf or negative)"
         )
-    damp = percdamp
-    for attempt in range(MAX_DAMP_INCREASES + 1):
+    damp, attempt = percdamp, 0
+    while True:
         A = H.to(torch.float64, copy=True)
         A.diagonal().add_(damp * mean_diag)
         L, info = torch.linalg.cholesky_ex(A)
@@ -73,22 +75,20 @@ def inverse_hessian_factor(H: torch.Tensor, percdamp: float) -> tuple[torch.Tens
             U, info = torch.linalg.cholesky_ex(torch.cholesky_inverse(L), upper=True)
             if info.item() == 0 and torch.isfinite(U).all():
                 return U, damp, attempt
-        if attempt < MAX_DAMP_INCREASES:
-            log.warning(
-                "SparseGPT: Hessian (%dx%d) not positive definite with percdamp=%g; "
-                "retrying with percdamp=%g",
-                H.shape[0],
-                H.shape[1],
-                damp,
-                damp * 10,
+        if damp * 10 > MAX_PERCDAMP * (1 + 1e-9):
+            raise NumericalError(
+                f"SparseGPT: the Hessian ({H.shape[0]}x{H.shape[1]}) is not positive definite "
+                f"even with percdamp={damp:g} (raised tenfold {attempt} times from "
+                f"{percdamp:g}); the calibration inputs are degenerate or contain NaN/inf"
             )
-        damp *= 10
-    last = percdamp * 10**MAX_DAMP_INCREASES
-    raise NumericalError(
-        f"SparseGPT: the Hessian ({H.shape[0]}x{H.shape[1]}) is not positive definite even "
-        f"with percdamp={last:g} ({MAX_DAMP_INCREASES} tenfold increases from {percdamp:g}); "
-        "the calibration inputs are degenerate or contain NaN/inf"
-    )
+        log.warning(
+            "SparseGPT: Hessian (%dx%d) not positive definite with percdamp=%g; raising the "
+            "damping to percdamp=%g",
+            *H.shape,
+            damp,
+            damp * 10,
+        )
+        damp, attempt = damp * 10, attempt + 1
 
 
 @torch.no_grad()
