@@ -273,9 +273,11 @@ def run_prune(
         report(progress, "load", 0, 1, f"loading {cfg.model.name}")
         lm = get_model(cfg.model, fresh=True)
         check_seqlen(lm, eval_cfg.seqlen)
+        check_seqlen(lm, calib.seqlen, "calibration seqlen")
+        roles = resolve_roles(prune.targets)
+        check_pattern(lm, roles, prune.pattern)
         # The dense baseline on the same working copy before it is pruned (stored once).
         dense = run_eval(cfg.model, eval_cfg, store, progress, lm=lm)
-        check_seqlen(lm, calib.seqlen, "calibration seqlen")
         writer.write_env(environment_record(device))
         windows, data_info = get_eval_windows(lm, eval_cfg)
         calib_ids, calib_info = get_calib_windows(lm, calib)
