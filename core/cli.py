@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from core.errors import PruneScopeError
@@ -205,8 +206,10 @@ def data_spec(name: str, split: str | None, data_dir: str | None, role: str = "e
 
     if split is None:
         split = "train" if role == "calib" else ("validation" if name == "c4" else "test")
-    needs_dir = name in ("wikitext2", "c4")
-    return DataSpec(name, split, (data_dir or default_data_dir()) if needs_dir else None)
+    data_dir = (data_dir or default_data_dir()) if name in ("wikitext2", "c4") else None
+    if data_dir is not None:  # absolute, so the run id does not depend on the working dir
+        data_dir = str(Path(data_dir).expanduser().resolve())
+    return DataSpec(name, split, data_dir)
 
 
 def eval_config(args):
