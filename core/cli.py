@@ -206,6 +206,8 @@ def data_spec(name: str, split: str | None, data_dir: str | None, role: str = "e
 
     if split is None:
         split = "train" if role == "calib" else ("validation" if name == "c4" else "test")
+    if name.startswith("file:"):
+        name = "file:" + str(Path(name.removeprefix("file:")).expanduser().resolve())
     data_dir = (data_dir or default_data_dir()) if name in ("wikitext2", "c4") else None
     if data_dir is not None:  # absolute, so the run id does not depend on the working dir
         data_dir = str(Path(data_dir).expanduser().resolve())
