@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.errors import PruneScopeError
 from pages.common import FRAME_KEY, device_info, get_store
 
 st.set_page_config(page_title="PruneScope", page_icon=":material/content_cut:", layout="wide")
@@ -22,8 +23,13 @@ PAGES = [
     st.Page("pages/runs.py", title="Runs", icon=":material/table_view:"),
 ]
 
+try:
+    store = get_store()
+except PruneScopeError as exc:  # e.g. $PRUNESCOPE_HOME not writable: say so and stop
+    st.error(str(exc))
+    st.stop()
 if "reconciled" not in st.session_state:  # once per browser session
-    get_store().reconcile()
+    store.reconcile()
     st.session_state["reconciled"] = True
 
 st.session_state[FRAME_KEY] = True
@@ -37,8 +43,8 @@ with st.sidebar:
     if dev.get("memory_gb"):
         where += f" · {dev['memory_gb']} GB"
     st.caption(f"Device: **{where}**")
-    st.caption(f"Results store: `{get_store().root}`")
-    running = get_store().list(status="running")
+    st.caption(f"Results store: `{store.root}`")
+    running = store.list(status="running")
     if running:
         st.caption(
             f"In progress: {', '.join(f'{r.method or r.kind} ({r.model})' for r in running)}"

@@ -124,3 +124,15 @@ def choose(page, label: str, option: str) -> None:
     """Pick ``option`` in the Streamlit selectbox labelled ``label`` (an ARIA combobox)."""
     page.get_by_role("combobox", name=label, exact=True).click()
     page.get_by_role("option", name=option, exact=True).click()
+
+
+def fit_viewport(page, width: int = 1500, max_height: int = 4000) -> None:
+    """Grow the viewport to the page's content (Streamlit scrolls inside its main block, so
+    a full-page screenshot alone would stop at the first screen)."""
+    height = page.evaluate(
+        """() => Math.max(...[...document.querySelectorAll("[data-testid='stMain'], section")]
+                         .map(e => e.scrollHeight), document.body.scrollHeight)"""
+    )
+    page.set_viewport_size({"width": width, "height": min(int(height) + 40, max_height)})
+    page.wait_for_timeout(500)
+    wait_charts(page)

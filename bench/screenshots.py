@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from appserver import PAGES, ROOT, chromium_page, open_page, streamlit_server
+from appserver import PAGES, ROOT, chromium_page, fit_viewport, open_page, streamlit_server
 
 log = logging.getLogger("screenshots")
 
@@ -50,27 +50,12 @@ def core_cli(store: Path, *argv: str) -> None:
 
 
 def fill_store(store: Path, model: str) -> None:
+    sweep(store, model)  # first, so that a prune run is the newest result the pages open on
     fast = [a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", v)]
     for method, sparsity, pattern, targets, options in RUNS:
         opts = [a for o in options for a in ("--option", o)]
-        core_cli(
-            store,
-            "prune",
-            "--model",
-            model,
-            "--method",
-            method,
-            "--sparsity",
-            str(sparsity),
-            "--pattern",
-            pattern,
-            "--targets",
-            targets,
-            *opts,
-            *fast,
-            *data_args(),
-        )
-    sweep(store, model)
+        core_cli(store, "prune", "--model", model, "--method", method, "--sparsity", str(sparsity),
+                 "--pattern", pattern, "--targets", targets, *opts, *fast, *data_args())  # fmt: skip
 
 
 def sweep(store: Path, model: str) -> None:
@@ -92,8 +77,9 @@ def photograph(store: Path, out: Path) -> list[Path]:
     shots = []
     with streamlit_server(store) as url, chromium_page(1500, 1900) as page:
         for name, slug in PAGES.items():
+            page.set_viewport_size({"width": 1500, "height": 1000})
             open_page(page, url, name, timeout_ms=300_000)
-            page.wait_for_timeout(1000)
+            fit_viewport(page)
             path = out / f"{slug or 'home'}.png"
             page.screenshot(path=str(path))
             shots.append(path)

@@ -28,6 +28,8 @@ METHOD_COLORS = {
     "attention-gd": "#19d3f3",
 }
 _PALETTE = ["#FF6692", "#B6E880", "#FF97FF", "#FECB52", "#636efa", "#EF553B"]
+# Colours no method uses, for extra series (d3's category10 without its near-duplicates).
+_EXTRA = ["#FF6692", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#1f77b4", "#FECB52", "#B6E880"]
 MASK_SCALE = [[0.0, "#f7f7f7"], [1.0, "#08306b"]]  # pruned (0) -> kept (1)
 DIFF_SCALE = "RdBu_r"
 ATTN_SCALE = "Viridis"
@@ -42,12 +44,14 @@ def color_of(name: str, i: int = 0) -> str:
 
 
 def series_colors(names: Sequence[str]) -> dict[str, str]:
-    """Method colours when each method appears once, else one palette colour per series."""
-    bases = [str(n).split(" ")[0] for n in names]
-    if len(set(bases)) == len(bases):
-        return {n: color_of(n, i) for i, n in enumerate(names)}
-    wide = [*METHOD_COLORS.values(), *_PALETTE]
-    return {n: wide[i % len(wide)] for i, n in enumerate(names)}
+    """A colour per series: the first series of a method gets the method's colour, further
+    ones (other sparsities, patterns) and unknown names take the next free palette colour."""
+    out: dict[str, str] = {}
+    spare = iter(_EXTRA * (1 + len(names) // len(_EXTRA)))
+    for name in names:
+        color = METHOD_COLORS.get(str(name).split(" ")[0])
+        out[name] = color if color and color not in out.values() else next(spare)
+    return out
 
 
 def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
@@ -114,23 +118,35 @@ def ppl_vs_sparsity(df: pd.DataFrame, title: str = "Perplexity vs sparsity") -> 
 
 
 # ---- per-layer bars -----------------------------------------------------------------------------
-def _layer_bars(layers: pd.DataFrame, value: str, title: str, ytitle: str) -> go.Figure:
+MAX_BAR_LAYERS = 12  # beyond this, grouped bars get too thin: one line per role instead
+
+
+def _layer_chart(layers: pd.DataFrame, value: str, title: str, ytitle: str) -> go.Figure:
+    """``value`` per decoder layer and linear role: grouped bars for a few layers, lines for
+    many."""
     if layers.empty or value not in layers:
         return empty_figure(f"no per-layer {value} recorded")
+    bars = layers["layer"].nunique() <= MAX_BAR_LAYERS
     fig = go.Figure()
     roles = list(dict.fromkeys(layers["role"])) if "role" in layers else [None]
     for i, role in enumerate(roles):
         g = layers if role is None else layers[layers["role"] == role]
-        fig.add_trace(
-            go.Bar(
-                x=g["layer"],
-                y=g[value],
-                name=str(role or value),
-                marker_color=_PALETTE[i % 6] if role is None else _role_color(role, i),
+        name, color = str(role or value), _role_color(str(role), i)
+        if bars:
+            fig.add_trace(go.Bar(x=g["layer"], y=g[value], name=name, marker_color=color))
+        else:
+            fig.add_trace(
+                go.Scatter(
+                    x=g["layer"],
+                    y=g[value],
+                    name=name,
+                    mode="lines+markers",
+                    line=dict(color=color),
+                    marker=dict(size=5),
+                )
             )
-        )
     fig.update_layout(barmode="group", bargap=0.15)
-    fig.update_xaxes(title="decoder layer", dtick=1 if layers["layer"].nunique() <= 40 else None)
+    fig.update_xaxes(title="decoder layer", dtick=1 if bars else None)
     fig.update_yaxes(title=ytitle)
     return _layout(fig, title)
 
@@ -150,29 +166,35 @@ def _role_color(role: str, i: int) -> str:
     return _ROLE_COLORS.get(role, _PALETTE[i % len(_PALETTE)])
 
 
-def layer_sparsity_bars(layers: pd.DataFrame) -> go.Figure:
-    """Achieved sparsity per layer and linear role; the mean target as a dashed line.
+def layer_sparsity_chart(layers: pd.DataFrame) -> go.Figure:
+    """Achieved sparsity per layer and linear role, on an axis from 0; the mean target as a
+    dashed line.
 
     layers columns: layer, role, achieved_sparsity[, target_sparsity].
     """
-    fig = _layer_bars(layers, "achieved_sparsity", "Sparsity per layer", "achieved sparsity")
-    if "target_sparsity" in layers and not layers.empty:
+    fig = _layer_chart(layers, "achieved_sparsity", "Sparsity per layer", "achieved sparsity")
+    if layers.empty or "achieved_sparsity" not in layers:
+        return fig
+    top = float(layers["achieved_sparsity"].max())
+    if "target_sparsity" in layers:
         target = float(layers["target_sparsity"].mean())
+        top = max(top, target)
         fig.add_hline(
             y=target,
             line_dash="dash",
             line_color="gray",
             annotation_text=f"mean target {target:.2f}",
         )
+    fig.update_yaxes(range=[0, min(1.0, top * 1.15 + 1e-3)])
     return fig
 
 
-def layer_error_bars(layers: pd.DataFrame, log_y: bool = False) -> go.Figure:
+def layer_error_chart(layers: pd.DataFrame, log_y: bool = False) -> go.Figure:
     """Relative reconstruction error ‖(W−Ŵ)Xᵀ‖/‖WXᵀ‖ per layer and role.
 
     layers columns: layer, role, rel_error.
     """
-    fig = _layer_bars(layers, "rel_error", "Reconstruction error per layer", "relative error")
+    fig = _layer_chart(layers, "rel_error", "Reconstruction error per layer", "relative error")
     if log_y:
         fig.update_yaxes(**LOG_AXIS, title="relative error (log)")
     return fig

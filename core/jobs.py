@@ -179,26 +179,18 @@ def check_model_name(name: str) -> None:
         raise ConfigError(f"model folder {name!r} does not exist")
 
 
-def check_structured(method: str, pattern: str) -> None:
-    """Structured methods (SliceGPT) remove whole rows/columns: N:M patterns do not apply."""
-    from core.methods import get_method
-
-    cls = get_method(method)
-    if getattr(cls, "structured", False) and pattern != "unstructured":
-        raise ConfigError(
-            f"method {cls.name} removes whole rows and columns (structured pruning); "
-            f"an N:M pattern ({pattern}) does not apply to it"
-        )
-
-
 def plan_prune_args(args: argparse.Namespace) -> RunConfig:
-    """The resolved config ``python -m core prune`` will run, from its parsed arguments."""
+    """The resolved config ``python -m core prune`` will run, from its parsed arguments.
+
+    Structured methods (SliceGPT) are handed by ``run_prune`` to core.slicing, whose runs
+    are of kind 'slice' and so have their own id.
+    """
     from core import cli
     from core.config import PruneConfig
+    from core.methods import get_method
     from core.pipeline import plan_prune
 
     check_model_name(args.model)
-    check_structured(args.method, args.pattern)
     prune = PruneConfig(
         args.method,
         args.sparsity,
@@ -209,7 +201,12 @@ def plan_prune_args(args: argparse.Namespace) -> RunConfig:
         args.owl_m,
         cli.parse_options(args.option),
     )
-    return plan_prune(cli.model_spec(args), prune, cli.calib_config(args), cli.eval_config(args))
+    parts = (cli.model_spec(args), prune, cli.calib_config(args), cli.eval_config(args))
+    if getattr(get_method(prune.method), "structured", False):
+        from core.slicing import plan_slice
+
+        return plan_slice(*parts)
+    return plan_prune(*parts)
 
 
 # command -> planner giving the run id before launch; others are found by pid afterwards.

@@ -131,14 +131,16 @@ m3.metric(
 counts = heads.pivot_table(
     index="layer", columns="verdict", values="head", aggfunc="count", fill_value=0
 )
-st.dataframe(counts, key="verdict_counts")
+st.dataframe(counts, key="verdict_counts", width="content")
 shown_cols = [c for c in HEAD_COLUMNS if c in heads]
 st.dataframe(
     heads[shown_cols],
     hide_index=True,
     key="gd_heads",
     column_config={
-        c: st.column_config.NumberColumn(c, format="%.3g")
+        c: st.column_config.NumberColumn(
+            c, format="scientific" if c == "lipschitz_bound" else "%.3g"
+        )
         for c in shown_cols
         if heads[c].dtype.kind == "f"
     },

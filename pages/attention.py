@@ -36,8 +36,9 @@ def with_qk(records: list[RunRecord]) -> list[RunRecord]:
 
 
 @st.cache_data(show_spinner="Running the prompt through the dense model…", max_entries=32)
-def maps(run_id: str, prompt: str, layer: int) -> tuple:
-    """(dense, pruned, tokens) for one run, layer and prompt."""
+def maps(run_id: str, stamp: float, prompt: str, layer: int) -> tuple:
+    """(dense, pruned, tokens) for one run, layer and prompt; ``stamp`` (the run's finish
+    time) keys the cache so a recomputed run is not served stale."""
     run = store.load(run_id)
     lm = am.pristine_model(run)
     x = am.prompt_input(lm, prompt, layer)
@@ -46,7 +47,7 @@ def maps(run_id: str, prompt: str, layer: int) -> tuple:
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def stored_errors(run_id: str, layer: int, text: str) -> list[float]:
+def stored_errors(run_id: str, stamp: float, layer: int, text: str) -> list[float]:
     """Per-head relative errors the run measured at prune time (empty if not recorded)."""
     run = store.load(run_id)
     if "attention_errors" not in run.tables():
@@ -57,7 +58,7 @@ def stored_errors(run_id: str, layer: int, text: str) -> list[float]:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def masks(run_id: str, layer: int) -> dict:
+def masks(run_id: str, stamp: float, layer: int) -> dict:
     return am.keep_masks(store.load(run_id), layer)
 
 
@@ -69,6 +70,7 @@ if not runs:
     )
     st.stop()
 
+stamps = {r.id: r.finished or 0.0 for r in runs}
 run_rec = pick_run("Run", runs, key="attn_run")
 run = store.load(run_rec.id)
 geo = run.metrics.get("model") or {}
@@ -80,7 +82,7 @@ head = c2.slider("Query head", 0, n_heads - 1, 0, key="attn_head") if n_heads > 
 kv_head = head // max(n_heads // n_kv, 1)
 
 st.subheader("Keep masks of this head")
-keep = masks(run.id, layer)
+keep = masks(run.id, stamps[run.id], layer)
 if keep:
     left, right = st.columns(2)
     left.plotly_chart(
@@ -96,7 +98,7 @@ if keep:
 st.subheader("Dense vs pruned attention on a prompt")
 prompt = st.text_area("Prompt", DEFAULT_PROMPT, key="attn_prompt", max_chars=400)
 try:
-    dense, pruned, tokens = maps(run.id, prompt, layer)
+    dense, pruned, tokens = maps(run.id, stamps[run.id], prompt, layer)
 except PruneScopeError as exc:
     show_error(exc)
     st.stop()
@@ -128,10 +130,10 @@ source = c2.radio("Measured on", list(SOURCES), key="err_source", horizontal=Tru
 rows = []
 for rid in compare:
     if SOURCES[source] is None:
-        d, p, _ = maps(rid, prompt, layer)
+        d, p, _ = maps(rid, stamps[rid], prompt, layer)
         errs = am.head_errors(d, p)["fro_rel"]
     else:
-        errs = stored_errors(rid, layer, SOURCES[source])
+        errs = stored_errors(rid, stamps[rid], layer, SOURCES[source])
     rows += [{"series": series[rid], "head": h, "fro_rel": float(v)} for h, v in enumerate(errs)]
 st.plotly_chart(figures.head_error_bars(pd.DataFrame(rows)), key="head_errors")
 st.caption(

@@ -98,6 +98,10 @@ def runs_frame(records: list[RunRecord]) -> pd.DataFrame:
 
 def run_label(r: RunRecord) -> str:
     """Short human label of a run for pickers."""
+    if r.kind == "sweep":
+        grid = (r.config.get("extra") or {}).get("sparsities") or []
+        span = f" s={min(grid):g}…{max(grid):g}" if grid else ""
+        return f"{r.model} · {r.method or 'slicegpt'} sweep{span}  [{r.id[:8]}]"
     parts = [r.model or "?", r.method or r.kind]
     if r.sparsity is not None:
         parts.append(f"s={r.sparsity:g}")

@@ -6,6 +6,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from core import figures, jobs
@@ -13,6 +14,7 @@ from core.data import default_data_dir
 from core.errors import ConfigError, PruneScopeError, StoreError
 from core.methods import available_methods
 from core.models import available_models
+from core.store import Run
 from pages.common import (
     cli_hint,
     current_job,
@@ -164,12 +166,8 @@ def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
 
 
 # ---- results -------------------------------------------------------------------------------------
-def show_result(run_id: str) -> None:
-    try:
-        run = store.load(run_id)
-    except StoreError as exc:
-        show_error(exc)
-        return
+def headline(run: Run) -> None:
+    """Dense vs pruned perplexity and what was removed, in one row of metrics."""
     m = run.metrics
     c = st.columns(5)
     c[0].metric("dense perplexity", f"{m.get('dense_ppl', float('nan')):.3f}")
@@ -180,34 +178,43 @@ def show_result(run_id: str) -> None:
         f"{delta:+.3f}",
         delta_color="inverse",
     )
-    c[2].metric(
-        "achieved sparsity",
-        f"{m.get('achieved_sparsity', 0):.1%}",
-        help=f"{m.get('decoder_sparsity', 0):.1%} of all decoder linears",
-    )
+    if run.record.kind == "slice":
+        c[2].metric(
+            "kept width d′",
+            f"{m.get('d_sliced')} of {m.get('d')}",
+            help=f"parameters: {m.get('param_ratio', float('nan')):.0%} of the dense model",
+        )
+    else:
+        c[2].metric(
+            "achieved sparsity",
+            f"{m.get('achieved_sparsity', 0):.1%}",
+            help=f"{m.get('decoder_sparsity', 0):.1%} of all decoder linears",
+        )
     c[3].metric("pruning time", fmt_seconds(m.get("prune_seconds")))
     c[4].metric("device", (run.env.get("device") or {}).get("name", run.config["model"]["device"]))
     data = m.get("data") or {}
     if data and not data.get("comparable", True):
         st.caption(f"⚠️ Evaluated on {data.get('dataset')}: not comparable with published figures.")
-    if "layers" not in run.tables():
-        cli_hint("This run has no per-layer table.", "python -m core prune ... --store <store>")
-        return
-    layers = run.table("layers")
+
+
+def layer_charts(layers: pd.DataFrame) -> None:
     left, right = st.columns(2)
-    left.plotly_chart(figures.layer_sparsity_bars(layers), key="sparsity_bars")
+    left.plotly_chart(figures.layer_sparsity_chart(layers), key="sparsity_bars")
     with right:
         error_chart = st.empty()
         log_y = st.toggle("log scale", key="err_log")
-        error_chart.plotly_chart(figures.layer_error_bars(layers, log_y=log_y), key="error_bars")
+        error_chart.plotly_chart(figures.layer_error_chart(layers, log_y=log_y), key="error_bars")
+
+
+def downloads(run: Run, table: pd.DataFrame, name: str) -> None:
     d1, d2 = st.columns(2)
     d1.download_button(
-        "Download the layer table (CSV)",
-        layers.to_csv(index=False),
-        file_name=f"layers-{run.id}.csv",
+        f"Download the {name} table (CSV)",
+        table.to_csv(index=False),
+        file_name=f"{name}-{run.id}.csv",
         mime="text/csv",
     )
-    saved = m.get("saved_to")
+    saved = run.metrics.get("saved_to")
     if saved and Path(saved).is_dir():
         d2.download_button(
             "Download the pruned model (zip)",
@@ -215,10 +222,38 @@ def show_result(run_id: str) -> None:
             file_name=f"pruned-{run.id}.zip",
             mime="application/zip",
         )
-        d2.caption(f"Saved at `{saved}` (reload with transformers' from_pretrained).")
-    st.page_link(
-        "pages/attention.py", label="Look at its attention masks", icon=":material/grid_on:"
-    )
+        loader = (
+            "core.methods.slicegpt.load_sliced"
+            if run.record.kind == "slice"
+            else "transformers' from_pretrained"
+        )
+        d2.caption(f"Saved at `{saved}` (reload with {loader}).")
+
+
+def show_result(run_id: str) -> None:
+    try:
+        run = store.load(run_id)
+    except StoreError as exc:
+        show_error(exc)
+        return
+    headline(run)
+    tables = run.tables()
+    if "layers" in tables:
+        layer_charts(run.table("layers"))
+        downloads(run, run.table("layers"), "layer")
+    elif "boundaries" in tables:  # SliceGPT: the PCA cut at every residual boundary
+        st.markdown("**Residual boundaries** (PCA energy kept by the first d′ directions)")
+        st.dataframe(run.table("boundaries"), hide_index=True, key="boundaries")
+        downloads(run, run.table("boundaries"), "boundary")
+    else:
+        cli_hint("This run has no per-layer table.", "python -m core prune ... --store <store>")
+    if "effdim" in tables:
+        with st.expander("Effective dimension of the residual stream, per layer"):
+            st.plotly_chart(figures.effdim_layers(run.table("effdim")), key="effdim_layers")
+    if run.array_keys("qk"):
+        st.page_link(
+            "pages/attention.py", label="Look at its attention masks", icon=":material/grid_on:"
+        )
 
 
 # ---- page ------------------------------------------------------------------------------------------
@@ -240,7 +275,7 @@ if status is not None:
     else:
         live_progress(store, job_id)
 
-finished = store.list(kind="prune", status="done")
+finished = [r for r in store.list(status="done") if r.kind in ("prune", "slice")]
 st.subheader("Results")
 if not finished:
     st.info("No finished pruning run yet: configure one above and press Run.")

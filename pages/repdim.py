@@ -113,7 +113,7 @@ def sweep_launcher() -> None:
                     job_id = jobs.start_job(store, "sweep", params)
                     follow_job("sweep_job_id", job_id)
                     status = jobs.job_status(store, job_id)
-            except (PruneScopeError, ValueError) as exc:
+            except PruneScopeError as exc:
                 show_error(exc)
     if status is not None:
         if status.finished:

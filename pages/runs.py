@@ -24,9 +24,11 @@ if not records:
     st.stop()
 
 table = runs_frame(records)
+# Deleting bumps the version: a fresh table widget, so no stale row selection survives.
+version = st.session_state.setdefault("runs_version", 0)
 selection = st.dataframe(
     table,
-    key="runs_table",
+    key=f"runs_table_{version}",
     hide_index=True,
     on_select="rerun",
     selection_mode="multi-row",
@@ -60,7 +62,7 @@ if rows:
                 mime="application/zip",
             )
     with c2:
-        confirm = st.checkbox(f"Yes, delete {len(ids)} run(s)", key="confirm_delete")
+        confirm = st.checkbox(f"Yes, delete {len(ids)} run(s)", key=f"confirm_delete_{version}")
         if st.button("Delete selected", disabled=not confirm, type="primary"):
             try:
                 for run_id in ids:
@@ -68,8 +70,9 @@ if rows:
             except PruneScopeError as exc:
                 show_error(exc)
             else:
+                st.session_state["runs_version"] = version + 1
                 st.toast(f"Deleted {len(ids)} run(s)")
                 st.rerun()
-    failed = table.iloc[rows].query("status != 'done' and error == error")
-    for _, row in failed.iterrows():
+    picked = table.iloc[rows]
+    for _, row in picked[(picked["status"] != "done") & picked["error"].notna()].iterrows():
         st.error(f"{row['id']} ({row['status']}): {row['error']}")

@@ -347,7 +347,7 @@ def test_prune_job_runs_live_and_shows_results(ui_jobs) -> None:
     assert store.get(job_id).status == "done"
     metrics = {m.label: m.value for m in at.metric}
     assert float(metrics["pruned perplexity"]) > 0 and metrics["achieved sparsity"] == "50.0%"
-    assert len(at.get("plotly_chart")) == 2
+    assert len(at.get("plotly_chart")) == 3  # sparsity, error, effective dimension per layer
 
 
 def test_failed_job_shows_one_error(ui_jobs) -> None:
@@ -406,18 +406,19 @@ def test_runs_page_compares_exports_and_deletes_a_selection(filled_store, store)
     at = open_page("runs")
     ids = list(at.dataframe[0].value["id"])
     rows = [ids.index(filled_store["wanda"]), ids.index(filled_store["magnitude"])]
-    at.session_state["runs_table"] = {"selection": {"rows": rows, "columns": [], "cells": []}}
+    at.session_state["runs_table_0"] = {"selection": {"rows": rows, "columns": [], "cells": []}}
     at.run()
     assert "2 selected" in texts(at.caption)
     assert at.get("download_button")[0].label == "Export 2 finished run(s) as zip"
     assert button(at, "Delete selected").disabled
-    at.checkbox(key="confirm_delete").check()
+    at.checkbox(key="confirm_delete_0").check()
     at.run()
     button(at, "Delete selected").click()
     at.run()
     left = {r.id for r in store.list()}
     assert filled_store["wanda"] not in left and filled_store["magnitude"] not in left
     assert filled_store["gd"] in left
+    assert "No row selected" in texts(at.caption)  # the selection does not carry over
 
 
 def test_sweep_form_is_drawn_from_the_cli_options(store, monkeypatch) -> None:
@@ -444,3 +445,45 @@ def test_sweep_form_is_drawn_from_the_cli_options(store, monkeypatch) -> None:
     at.run()
     assert len(at.error) == 1  # this build's real CLI rejects the command: one clear message
     assert store.list() == []
+
+
+@pytest.mark.slow
+def test_sweep_started_from_the_page_runs_and_is_shown(store) -> None:
+    """The real sweep command through the generic form: an unplanned job found by its pid."""
+    if "sweep" not in jobs.cli_commands():
+        pytest.skip("this build's CLI has no sweep command")
+    at = open_page("repdim")
+    values = {
+        "model": "tiny-llama",
+        "sparsities": "0,0.25",
+        "calib": "pydoc",
+        "eval": "pydoc",
+        "nsamples": "4",
+        "calib_seqlen": "64",
+        "seqlen": "64",
+        "max_windows": "4",
+        "device": "cpu",
+    }
+    for key, value in values.items():
+        at.text_input(key=f"sweep_{key}").set_value(value)
+    button(at, "Start the sweep").click()
+    at.run()
+    assert not at.error, texts(at.error)
+    deadline = time.monotonic() + 180
+    while not finished(at) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        at.run()
+    assert not at.error, texts(at.error)
+    assert "finished" in texts(at.success)
+    assert len(at.get("plotly_chart")) >= 2  # ppl vs d′ and the relation
+    assert store.list(kind="sweep", status="done")
+
+
+def test_unwritable_store_is_one_error(tmp_path, monkeypatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("PRUNESCOPE_HOME", str(blocker / "store"))
+    at = AppTest.from_file(APP, default_timeout=30)
+    at.run()
+    assert not at.exception
+    assert len(at.error) == 1 and "not writable" in at.error[0].value

@@ -19,6 +19,7 @@ from appserver import (
     CHROMIUM,
     choose,
     chromium_page,
+    fit_viewport,
     open_page,
     streamlit_server,
     wait_charts,
@@ -70,13 +71,15 @@ def test_prune_then_attention_then_a_bad_input(tmp_path, shots) -> None:
         wait_idle(page)
         wait_charts(page)
         assert page.get_by_text("pruned perplexity").first.is_visible()
-        page.screenshot(path=str(shots / "e2e-prune-result.png"), full_page=True)
+        fit_viewport(page)
+        page.screenshot(path=str(shots / "e2e-prune-result.png"))
 
         open_page(page, url, "Attention masks")
         charts = page.locator("[data-testid='stPlotlyChart']")
         assert charts.count() >= 3  # two keep masks and the dense / pruned / difference maps
         assert page.locator("[data-testid='stPlotlyChart'] .heatmaplayer").count() >= 3
-        page.screenshot(path=str(shots / "e2e-attention.png"), full_page=True)
+        fit_viewport(page)
+        page.screenshot(path=str(shots / "e2e-attention.png"))
 
         open_page(page, url, "Prune")
         choose(page, "Method", "attention-gd")
@@ -85,7 +88,7 @@ def test_prune_then_attention_then_a_bad_input(tmp_path, shots) -> None:
         error = page.locator("[data-testid='stAlertContentError']")
         error.first.wait_for(timeout=30_000)
         assert error.count() == 1 and "N:M" in error.first.inner_text()
-        page.screenshot(path=str(shots / "e2e-bad-input.png"), full_page=True)
+        page.screenshot(path=str(shots / "e2e-bad-input.png"))
     assert not any(
         "Traceback" in line for line in (tmp_path / "server.log").read_text().splitlines()
     )

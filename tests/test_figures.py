@@ -91,7 +91,7 @@ def test_ppl_vs_sparsity_one_line_per_series_and_dense_level() -> None:
 def test_empty_inputs_give_a_message_not_an_error() -> None:
     for fig in (
         figures.ppl_vs_sparsity(pd.DataFrame()),
-        figures.layer_error_bars(pd.DataFrame()),
+        figures.layer_error_chart(pd.DataFrame()),
         figures.effdim_scatter(pd.DataFrame()),
         figures.gd_trajectories(pd.DataFrame()),
         figures.head_error_bars(pd.DataFrame()),
@@ -99,7 +99,7 @@ def test_empty_inputs_give_a_message_not_an_error() -> None:
         assert fig.layout.annotations and not fig.data
 
 
-def test_layer_bars_one_trace_per_role() -> None:
+def test_layer_charts_one_trace_per_role_bars_or_lines() -> None:
     layers = pd.DataFrame(
         {
             "layer": [0, 0, 1, 1],
@@ -109,11 +109,20 @@ def test_layer_bars_one_trace_per_role() -> None:
             "rel_error": [0.1, 0.2, 0.15, 0.25],
         }
     )
-    fig = figures.layer_sparsity_bars(layers)
+    fig = figures.layer_sparsity_chart(layers)
     assert [t.name for t in traces(fig, "bar")] == ["q", "k"]
-    err = figures.layer_error_bars(layers, log_y=True)
+    err = figures.layer_error_chart(layers, log_y=True)
     assert err.layout.yaxis.type == "log"
     assert list(traces(err, "bar")[1].y) == [0.2, 0.25]
+    many = pd.DataFrame(
+        {
+            "layer": np.repeat(np.arange(30), 2),
+            "role": ["q", "down"] * 30,
+            "rel_error": np.linspace(0, 1, 60),
+        }
+    )
+    lines = figures.layer_error_chart(many)
+    assert [t.name for t in traces(lines, "scatter")] == ["q", "down"] and not traces(lines, "bar")
 
 
 def test_analytic_and_fitted_relations() -> None:
@@ -238,11 +247,11 @@ def test_compare_frame_keeps_finished_prunes_and_names_series() -> None:
     assert list(out["sparsity"]) == [0.49, 0.5]
 
 
-def test_series_colors_distinct_when_a_method_repeats() -> None:
-    unique = figures.series_colors(["wanda", "magnitude"])
-    assert unique["wanda"] == figures.METHOD_COLORS["wanda"]
-    repeated = figures.series_colors(["wanda s=0.3", "wanda s=0.5"])
-    assert len(set(repeated.values())) == 2
+def test_series_colors_keep_method_colours_and_stay_distinct() -> None:
+    colors = figures.series_colors(["wanda", "wanda 2:4", "magnitude", "mystery"])
+    assert colors["wanda"] == figures.METHOD_COLORS["wanda"]
+    assert colors["magnitude"] == figures.METHOD_COLORS["magnitude"]
+    assert len(set(colors.values())) == 4
 
 
 def test_core_never_imports_streamlit_and_figures_not_torch() -> None:

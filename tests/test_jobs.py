@@ -152,14 +152,23 @@ def test_status_of_unknown_id_and_of_a_cli_run(store) -> None:
 
 # ---- real jobs (tiny model, offline corpus), started together to share the start-up time -----
 @pytest.fixture(scope="module")
-def three_jobs(tmp_path_factory) -> dict:
-    """A job that succeeds (saving its model), one that fails, one cancelled mid-run."""
+def bg_jobs(tmp_path_factory) -> dict:
+    """Jobs run side by side: a prune that succeeds (saving its model), one that fails, one
+    cancelled mid-run, a SliceGPT prune (stored as a 'slice' run) and an eval (a command
+    without a planned run id)."""
     store = RunStore(tmp_path_factory.mktemp("jobs") / "store")
     ok = jobs.start_job(store, "prune", TINY, save_model=True)
     joined = jobs.start_job(store, "prune", TINY, save_model=True)
     bad = jobs.start_job(store, "prune", {**TINY, "model": "no-org/no-such-model-xyz"})
     slow = jobs.start_job(
         store, "prune", {**TINY, "seqlen": 512, "max_windows": 400, "nsamples": 64}
+    )
+    dense = jobs.start_job(
+        store, "eval", {"model": "tiny-llama", "dataset": "pydoc", "seqlen": 32, "max_windows": 2}
+    )
+    # (its own eval windows: two jobs needing the same dense baseline at once would collide)
+    sliced = jobs.start_job(
+        store, "prune", {**TINY, "method": "slicegpt", "sparsity": 0.25, "seqlen": 48}
     )
     deadline = time.monotonic() + 90
     while jobs.job_status(store, slow).phase is None and time.monotonic() < deadline:
@@ -169,16 +178,24 @@ def three_jobs(tmp_path_factory) -> dict:
         "store": store,
         "ok": ok,
         "joined": joined,
+        "sliced": sliced,
         "cancel_sent": cancelled,
         "status": {
-            name: wait(store, job) for name, job in [("ok", ok), ("bad", bad), ("slow", slow)]
+            name: wait(store, job)
+            for name, job in [
+                ("ok", ok),
+                ("bad", bad),
+                ("slow", slow),
+                ("dense", dense),
+                ("sliced", sliced),
+            ]
         },
     }
 
 
-def test_job_runs_to_done_under_its_planned_id(three_jobs) -> None:
-    store, job_id, status = three_jobs["store"], three_jobs["ok"], three_jobs["status"]["ok"]
-    assert three_jobs["joined"] == job_id  # the same config again joins the running job
+def test_job_runs_to_done_under_its_planned_id(bg_jobs) -> None:
+    store, job_id, status = bg_jobs["store"], bg_jobs["ok"], bg_jobs["status"]["ok"]
+    assert bg_jobs["joined"] == job_id  # the same config again joins the running job
     assert status.state == "done", status.error
     assert status.run_id == job_id and status.elapsed > 0
     run = store.load(job_id)
@@ -187,16 +204,23 @@ def test_job_runs_to_done_under_its_planned_id(three_jobs) -> None:
     assert "--save" in job["argv"] and "--quiet" in job["argv"]
 
 
-def test_failed_and_cancelled_jobs_leave_the_store_consistent(three_jobs) -> None:
-    failed, cancelled = three_jobs["status"]["bad"], three_jobs["status"]["slow"]
+def test_unplanned_job_finds_its_run_by_pid(bg_jobs) -> None:
+    status = bg_jobs["status"]["dense"]
+    assert status.job_id.startswith("job-") and status.state == "done", status.error
+    rec = bg_jobs["store"].get(status.run_id)
+    assert rec.kind == "eval" and rec.summary["ppl"] > 0
+
+
+def test_failed_and_cancelled_jobs_leave_the_store_consistent(bg_jobs) -> None:
+    failed, cancelled = bg_jobs["status"]["bad"], bg_jobs["status"]["slow"]
     assert failed.state == "failed"
     assert "no-such-model-xyz" in failed.error and "not found" in failed.error
-    assert three_jobs["cancel_sent"] and cancelled.state == "cancelled"
-    assert [r for r in three_jobs["store"].list() if r.status == "running"] == []
+    assert bg_jobs["cancel_sent"] and cancelled.state == "cancelled"
+    assert [r for r in bg_jobs["store"].list() if r.status == "running"] == []
 
 
-def test_saved_model_export_and_delete(three_jobs) -> None:
-    store, job_id = three_jobs["store"], three_jobs["ok"]
+def test_saved_model_export_and_delete(bg_jobs) -> None:
+    store, job_id = bg_jobs["store"], bg_jobs["ok"]
     saved = jobs.model_dir(store, job_id)
     assert (saved / "config.json").is_file()
     assert store.load(job_id).metrics["saved_to"] == str(saved)
@@ -218,3 +242,11 @@ def test_save_corpus_limits_and_names_by_hash(store) -> None:
         jobs.save_corpus(store, "big.txt", b"x" * (2**20 + 1), limit_mb=1)
     with pytest.raises(ConfigError, match="empty"):
         jobs.save_corpus(store, "blank.jsonl", b"  \n", limit_mb=1)
+
+
+def test_structured_method_job_id_is_its_slice_run(bg_jobs) -> None:
+    """prune --method slicegpt is run by core.slicing; the planned id must be that run's."""
+    status = bg_jobs["status"]["sliced"]
+    assert status.state == "done", status.error
+    assert status.run_id == bg_jobs["sliced"]
+    assert bg_jobs["store"].get(status.run_id).kind == "slice"
