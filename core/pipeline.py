@@ -128,6 +128,9 @@ def run_eval(
 ) -> dict[str, Any]:  # fmt: skip
     """Dense perplexity of a model; reuses a finished run with the same config unless forced."""
     cfg = RunConfig("eval", resolve_model_spec(model), eval_cfg)
+    if not force and store.running_elsewhere(cfg.run_id):  # wait for it, then reuse it
+        report(on_progress, "load", 0, 1, "waiting for a job computing the same dense baseline")
+        store.wait_while_running(cfg.run_id)
     cached = cached_result(store, cfg, force)
     if cached is not None:
         return cached

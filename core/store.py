@@ -192,6 +192,27 @@ class RunStore:
             args.append(json.dumps(summary, default=str))
         self._query(f"UPDATE runs SET {', '.join(sets)} WHERE id=?", (*args, run_id))
 
+    def running_elsewhere(self, run_id: str) -> bool:
+        """True while another live process is computing ``run_id``."""
+        rows = self._query("SELECT status, pid, host FROM runs WHERE id=?", (run_id,))
+        return bool(
+            rows
+            and rows[0]["status"] == "running"
+            and rows[0]["pid"] != os.getpid()
+            and _pid_alive(rows[0]["pid"], rows[0]["host"])
+        )
+
+    def wait_while_running(
+        self, run_id: str, poll_s: float = 2.0, timeout_s: float = 86400
+    ) -> None:
+        """Block while another process computes ``run_id`` (e.g. a dense baseline that two
+        jobs need at once), so the second reuses the first's result."""
+        deadline = time.time() + timeout_s
+        while self.running_elsewhere(run_id):
+            if time.time() > deadline:
+                raise StoreError(f"gave up waiting for run {run_id} after {timeout_s:.0f} s")
+            time.sleep(poll_s)
+
     def get(self, run_id: str) -> RunRecord:
         rows = self._query("SELECT * FROM runs WHERE id=?", (run_id,))
         if not rows:

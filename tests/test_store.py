@@ -83,3 +83,26 @@ def test_unwritable_store(tmp_path):
     blocker.write_text("x")
     with pytest.raises(StoreError, match="not writable"):
         RunStore(blocker / "store")
+
+
+def test_waits_for_a_run_computed_elsewhere(store):
+    """A second job needing the same run (a shared dense baseline) waits instead of failing."""
+    import subprocess
+    import sys
+    import time
+
+    cfg = _cfg()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        store.begin(cfg)
+        store._query("UPDATE runs SET pid=? WHERE id=?", (sleeper.pid, cfg.run_id))
+        assert store.running_elsewhere(cfg.run_id)
+        t0 = time.time()
+        with pytest.raises(StoreError, match="gave up"):
+            store.wait_while_running(cfg.run_id, poll_s=0.05, timeout_s=0.3)
+        assert time.time() - t0 >= 0.3
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    store.wait_while_running(cfg.run_id, poll_s=0.05)  # the process died: returns at once
+    assert not store.running_elsewhere(cfg.run_id)
