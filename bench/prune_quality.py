@@ -6,7 +6,8 @@
 Protocol (issue #3): calibration 32 x 512 tokens from the C4 train head (seed 0), evaluation on
 the first 64 windows of 512 tokens of WikiText-2 test. Each configuration runs in its own
 process through the CLI (``python -m core prune --json``), so peak RSS is per configuration.
-Prints one table: perplexity, pruning seconds, peak RSS beside the memory budget, sparsity.
+Prints one table: perplexity, pruning seconds, peak RSS of the pruning phase beside its
+budget (process before the model loaded + weight bytes + calibration activations), sparsity.
 """
 
 from __future__ import annotations
@@ -68,16 +69,23 @@ def main() -> None:
             continue
         m = run_cli(["prune", *evalargs, "--eval", "wikitext2", "--calib", "c4",
                      "--nsamples", str(args.nsamples), "--seed", "0", *extra], env)["metrics"]  # fmt: skip
-        budget = m["weight_mb"] + m["calib_buffers_mb"]
+        budget = m["memory_budget_mb"]
         rows.append(
-            (name, m["ppl"], m["prune_seconds"], m["peak_rss_mb"], budget, m["achieved_sparsity"])
+            (
+                name,
+                m["ppl"],
+                m["prune_seconds"],
+                m["prune_peak_rss_mb"],
+                budget,
+                m["achieved_sparsity"],
+            )
         )
         print(f"  {name}: ppl {m['ppl']:.3f}", flush=True)
 
     print()
     print(f"model {args.model}; calibration C4 train head {args.nsamples} x {args.seqlen} (seed 0); "
           f"eval WikiText-2 test, first {args.max_windows} windows of {args.seqlen}")  # fmt: skip
-    head = f"{'configuration':<20}{'ppl':>10}{'prune s':>10}{'peak RSS MB':>13}{'budget MB':>11}{'sparsity':>10}"
+    head = f"{'configuration':<20}{'ppl':>10}{'prune s':>10}{'prune peak MB':>13}{'budget MB':>11}{'sparsity':>10}"
     print(head)
     print("-" * len(head))
     for name, ppl, secs, rss, budget, sp in rows:

@@ -275,6 +275,7 @@ def run_prune(
         progress = tee(writer.progress, on_progress)
         report(progress, "load", 0, 1, f"loading {cfg.model.name}")
         lm = get_model(cfg.model, fresh=True)
+        loaded_rss = proc_status_mb("VmRSS")  # interpreter + libraries + the weights
         check_seqlen(lm, eval_cfg.seqlen)
         check_seqlen(lm, calib.seqlen, "calibration seqlen")
         roles = resolve_roles(prune.targets)
@@ -294,6 +295,7 @@ def run_prune(
             probes = [AttentionProbe.capture(lm.adapter, calib_ids[:2], "calib", device),
                       AttentionProbe.capture(lm.adapter, windows[:2], "heldout", device)]  # fmt: skip
 
+        reset_peak_rss()  # the budget below is for the pruning phase itself
         t0 = time.perf_counter()
         sparsities, alloc_rows = allocate_sparsity(
             lm, prune, roles, calib_ids, device, progress, **kw
@@ -301,6 +303,7 @@ def run_prune(
         result = run_method(method, lm.adapter, calib_ids, roles, sparsities, prune.pattern, device,
                             on_progress=progress, **kw)  # fmt: skip
         prune_seconds = time.perf_counter() - t0
+        memory = memory_report(lm, calib_ids, loaded_rss)
 
         pruned = evaluate_perplexity(lm.model, windows, eval_cfg.batch_size, device, progress)
         layer_rows = [dataclasses.asdict(r) for r in result.reports]
@@ -331,15 +334,38 @@ def run_prune(
             **(summarize_attention(attn_rows) if attn_rows else {}),
             "data": data_info, "calib": calib_info, "model": lm.adapter.describe(),
         }  # fmt: skip
-        metrics.update(memory_report(lm, calib_ids))
+        metrics.update(memory, peak_rss_mb=peak_rss_mb())
         if save_dir:
             metrics["saved_to"] = save_model(lm, save_dir)
         writer.commit(metrics)
     return {"run_id": cfg.run_id, "config": cfg.to_dict(), "metrics": metrics, "cached": False}
 
 
+def proc_status_mb(field: str) -> float | None:
+    """A memory field of /proc/self/status (VmRSS, VmHWM) in MiB; None off Linux."""
+    try:
+        for line in open("/proc/self/status").read().splitlines():  # noqa: SIM115
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_rss() -> None:
+    """Restart the peak-RSS high-water mark (Linux), to measure one phase's peak."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+
+
 def peak_rss_mb() -> float:
-    """This process's peak resident set size so far (Linux reports KiB)."""
+    """Peak resident set size since start or the last ``reset_peak_rss``."""
+    hwm = proc_status_mb("VmHWM")
+    if hwm is not None:
+        return hwm
     import resource
     import sys
 
@@ -347,16 +373,17 @@ def peak_rss_mb() -> float:
     return peak / (2**20 if sys.platform == "darwin" else 2**10)
 
 
-def memory_report(lm: LoadedModel, calib_ids: torch.Tensor) -> dict[str, float]:
-    """Peak RSS beside the budget it should stay within: weight bytes (pristine cached copy
-    + working copy) + calibration activations (inputs and outputs of one layer)."""
-    weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
-    act = calib_ids.numel() * lm.adapter.hidden_size * 4 * 2
-    return {
-        "peak_rss_mb": peak_rss_mb(),
-        "weight_mb": weights / 2**20,
-        "calib_buffers_mb": act / 2**20,
-    }
+def memory_report(
+    lm: LoadedModel, calib_ids: torch.Tensor, loaded_rss_mb: float | None
+) -> dict[str, float]:
+    """The pruning phase's peak RSS beside the budget it should stay within: the process
+    once the model is loaded (interpreter, libraries, weight bytes) + the calibration
+    activations (inputs and outputs of one layer, float32)."""
+    weights = sum(p.numel() * p.element_size() for p in lm.model.parameters()) / 2**20
+    act = calib_ids.numel() * lm.adapter.hidden_size * 4 * 2 / 2**20
+    loaded = loaded_rss_mb or 0.0
+    return {"prune_peak_rss_mb": peak_rss_mb(), "loaded_rss_mb": loaded, "weight_mb": weights,
+            "calib_buffers_mb": act, "memory_budget_mb": loaded + act}  # fmt: skip
 
 
 def residual_effdim(

@@ -72,6 +72,8 @@ def run_slice(
         get_eval_windows,
         get_model,  # fmt: skip
         memory_report,
+        proc_status_mb,
+        reset_peak_rss,
         residual_effdim,
         run_eval,
         tee,
@@ -86,6 +88,7 @@ def run_slice(
         progress = tee(writer.progress, on_progress)
         report(progress, "load", 0, 1, f"loading {cfg.model.name}")
         lm = get_model(cfg.model, fresh=True)
+        loaded_rss = proc_status_mb("VmRSS")  # interpreter + libraries + the weights
         check_seqlen(lm, eval_cfg.seqlen)
         check_seqlen(lm, calib.seqlen, "calibration seqlen")
         writer.write_env(environment_record(device))
@@ -96,9 +99,11 @@ def run_slice(
 
         cls = get_method(cfg.prune.method)
         method = cls(cls.options_cls(**dict(cfg.prune.options)))
+        reset_peak_rss()
         t0 = time.perf_counter()
         rep = method.slice(lm.model, calib_ids, cfg.prune.sparsity, device, progress)
         slice_seconds = time.perf_counter() - t0
+        memory = memory_report(lm, calib_ids, loaded_rss)
 
         latency_sliced = forward_latency_ms(lm.model, eval_cfg.seqlen, device)
         pruned = evaluate_perplexity(lm.model, windows, eval_cfg.batch_size, device, progress)
@@ -115,7 +120,7 @@ def run_slice(
             **summary, "prune_seconds": slice_seconds,
             "latency_ms_dense": latency_dense, "latency_ms_sliced": latency_sliced,
             **{f"effdim_{k}": v for k, v in eff["overall"].items()},
-            **memory_report(lm, calib_ids), "data": data_info, "calib": calib_info,
+            **memory, "data": data_info, "calib": calib_info,
             "model": {**lm.adapter.describe(), "hidden_size_sliced": rep.d_sliced},
         }  # fmt: skip
         if save_dir:

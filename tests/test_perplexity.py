@@ -47,3 +47,15 @@ def test_eval_windows_drop_remainder(tiny):
     w = eval_windows(tiny.tokenizer, corpus, 30)  # 152 byte tokens -> 5 windows, 2 dropped
     assert w.shape == (5, 30)
     assert eval_windows(tiny.tokenizer, corpus, 30, max_windows=2).shape == (2, 30)
+
+
+def test_chunked_scoring_matches_full_logits(tiny, monkeypatch):
+    import core.perplexity as perplexity
+
+    windows = torch.randint(0, 256, (3, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = window_nll(tiny.model(input_ids=windows).logits, windows)
+    monkeypatch.setattr(perplexity, "LOGIT_CHUNK", 7)  # chunks that straddle windows
+    with torch.no_grad():
+        chunked = perplexity._window_nll_chunked(tiny.model, windows)
+    assert torch.allclose(full, chunked, atol=1e-5)
