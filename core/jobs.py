@@ -41,7 +41,7 @@ from typing import Any
 
 from core.config import RunConfig
 from core.errors import ConfigError, StoreError
-from core.store import RunRecord, RunStore
+from core.store import RunRecord, RunStore, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -304,16 +304,8 @@ def _reap() -> None:
 
 
 def _alive(pid: int | None, host: str | None) -> bool:
-    _reap()
-    if not pid or host != socket.gethostname():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    _reap()  # a finished child of this process stays a zombie until waited for
+    return pid_alive(pid, host)
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

@@ -243,6 +243,27 @@ def qk_arrays(lm: LoadedModel, max_hidden: int = 2048) -> dict[str, torch.Tensor
     return out
 
 
+def prepare_run(
+    cfg: RunConfig, store: RunStore, writer, progress: ProgressFn,
+    roles: tuple[str, ...] | None = None,
+) -> tuple[LoadedModel, Any, dict[str, Any], float | None]:  # fmt: skip
+    """Common start of a prune or slice run: load a private copy of the model, check sizes
+    before any work, record the environment, and compute (or reuse) the dense baseline on
+    that copy before it is changed. Returns (model, method instance, dense result, RSS once
+    loaded in MiB)."""
+    report(progress, "load", 0, 1, f"loading {cfg.model.name}")
+    lm = get_model(cfg.model, fresh=True)
+    loaded_rss = proc_status_mb("VmRSS")  # interpreter + libraries + the weights
+    check_seqlen(lm, cfg.eval.seqlen)
+    check_seqlen(lm, cfg.calib.seqlen, "calibration seqlen")
+    if roles is not None:
+        check_pattern(lm, roles, cfg.prune.pattern)
+    writer.write_env(environment_record(cfg.model.device))
+    dense = run_eval(cfg.model, cfg.eval, store, progress, lm=lm)
+    cls = get_method(cfg.prune.method)
+    return lm, cls(cls.options_cls(**dict(cfg.prune.options))), dense, loaded_rss
+
+
 def plan_prune(
     model: ModelSpec, prune: PruneConfig, calib: CalibConfig, eval_cfg: EvalConfig
 ) -> RunConfig:
@@ -271,22 +292,12 @@ def run_prune(
     if cached is not None:
         return cached
     device = torch.device(cfg.model.device)
+    roles = resolve_roles(prune.targets)
     with store.begin(cfg, force) as writer:
         progress = tee(writer.progress, on_progress)
-        report(progress, "load", 0, 1, f"loading {cfg.model.name}")
-        lm = get_model(cfg.model, fresh=True)
-        loaded_rss = proc_status_mb("VmRSS")  # interpreter + libraries + the weights
-        check_seqlen(lm, eval_cfg.seqlen)
-        check_seqlen(lm, calib.seqlen, "calibration seqlen")
-        roles = resolve_roles(prune.targets)
-        check_pattern(lm, roles, prune.pattern)
-        # The dense baseline on the same working copy before it is pruned (stored once).
-        dense = run_eval(cfg.model, eval_cfg, store, progress, lm=lm)
-        writer.write_env(environment_record(device))
+        lm, method, dense, loaded_rss = prepare_run(cfg, store, writer, progress, roles)
         windows, data_info = get_eval_windows(lm, eval_cfg)
         calib_ids, calib_info = get_calib_windows(lm, calib)
-        cls = get_method(prune.method)
-        method = cls(cls.options_cls(**dict(prune.options)))
         kw = {"activations_on_cpu": activations_on_cpu}
 
         probes = []

@@ -62,20 +62,16 @@ def run_slice(
     save_dir: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Slice with SliceGPT, evaluate against the dense model, store as a 'slice' run."""
-    from core.methods import get_method
     from core.methods.slicegpt import save_sliced
     from core.pipeline import (
         EFFDIM_WINDOWS,
         cached_result,
-        check_seqlen,
         get_calib_windows,
         get_eval_windows,
-        get_model,  # fmt: skip
         memory_report,
-        proc_status_mb,
+        prepare_run,
         reset_peak_rss,
         residual_effdim,
-        run_eval,
         tee,
     )
 
@@ -86,19 +82,11 @@ def run_slice(
     device = torch.device(cfg.model.device)
     with store.begin(cfg, force) as writer:
         progress = tee(writer.progress, on_progress)
-        report(progress, "load", 0, 1, f"loading {cfg.model.name}")
-        lm = get_model(cfg.model, fresh=True)
-        loaded_rss = proc_status_mb("VmRSS")  # interpreter + libraries + the weights
-        check_seqlen(lm, eval_cfg.seqlen)
-        check_seqlen(lm, calib.seqlen, "calibration seqlen")
-        writer.write_env(environment_record(device))
-        dense = run_eval(cfg.model, eval_cfg, store, progress, lm=lm)
+        lm, method, dense, loaded_rss = prepare_run(cfg, store, writer, progress)
         windows, data_info = get_eval_windows(lm, eval_cfg)
         calib_ids, calib_info = get_calib_windows(lm, calib)
         latency_dense = forward_latency_ms(lm.model, eval_cfg.seqlen, device)
 
-        cls = get_method(cfg.prune.method)
-        method = cls(cls.options_cls(**dict(cfg.prune.options)))
         reset_peak_rss()
         t0 = time.perf_counter()
         rep = method.slice(lm.model, calib_ids, cfg.prune.sparsity, device, progress)

@@ -92,7 +92,8 @@ def environment_record(device: torch.device | str | None = None) -> dict[str, An
     return rec
 
 
-def _pid_alive(pid: int | None, host: str | None) -> bool:
+def pid_alive(pid: int | None, host: str | None) -> bool:
+    """Whether process ``pid`` on ``host`` (this machine only) still exists."""
     if not pid or host != socket.gethostname():
         return False
     try:
@@ -170,7 +171,7 @@ class RunStore:
         gone = [
             r["id"]
             for r in self._query("SELECT id, pid, host FROM runs WHERE status='running'")
-            if not _pid_alive(r["pid"], r["host"])
+            if not pid_alive(r["pid"], r["host"])
         ]
         for run_id in gone:
             self._set_status(
@@ -199,7 +200,7 @@ class RunStore:
             rows
             and rows[0]["status"] == "running"
             and rows[0]["pid"] != os.getpid()
-            and _pid_alive(rows[0]["pid"], rows[0]["host"])
+            and pid_alive(rows[0]["pid"], rows[0]["host"])
         )
 
     def wait_while_running(
@@ -239,7 +240,7 @@ class RunStore:
 
     def delete(self, run_id: str) -> None:
         rec = self.get(run_id)
-        if rec.status == "running" and _pid_alive(rec.pid, rec.host):
+        if rec.status == "running" and pid_alive(rec.pid, rec.host):
             raise StoreError(f"run {rec.id} is still running; cancel it first")
         # Move the folder aside first so a crash leaves either the whole run or nothing.
         folder = self.run_dir(rec.id)
@@ -264,7 +265,7 @@ class RunStore:
         if (
             existing
             and existing[0]["status"] == "running"
-            and _pid_alive(existing[0]["pid"], existing[0]["host"])
+            and pid_alive(existing[0]["pid"], existing[0]["host"])
         ):
             raise StoreError(f"run {run_id} (same configuration) is already running")
         d = config.to_dict()
