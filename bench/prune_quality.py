@@ -7,7 +7,8 @@ Protocol (issue #3): calibration 32 x 512 tokens from the C4 train head (seed 0)
 the first 64 windows of 512 tokens of WikiText-2 test. Each configuration runs in its own
 process through the CLI (``python -m core prune --json``), so peak RSS is per configuration.
 Prints one table: perplexity, pruning seconds, peak RSS of the pruning phase beside its
-budget (process before the model loaded + weight bytes + calibration activations), sparsity.
+budget (the process with the model loaded and its weights resident + calibration activations +
+attention-probe buffers; core.memory) and the margin used, achieved sparsity.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def main() -> None:
     common = ["--model", args.model, "--data-dir", args.data_dir, "--seqlen", str(args.seqlen)]
     evalargs = [*common, "--max-windows", str(args.max_windows)]
     dense = run_cli(["eval", *evalargs, "--dataset", "wikitext2"], env)["metrics"]
-    rows = [("dense", dense["ppl"], 0.0, None, None, 0.0)]
+    rows = [{"name": "dense", "ppl": dense["ppl"]}]
     print(f"dense perplexity {dense['ppl']:.3f} ({dense['n_windows']} windows x {args.seqlen})",
           flush=True)  # fmt: skip
     for name, extra in CONFIGS:
@@ -69,29 +70,30 @@ def main() -> None:
             continue
         m = run_cli(["prune", *evalargs, "--eval", "wikitext2", "--calib", "c4",
                      "--nsamples", str(args.nsamples), "--seed", "0", *extra], env)["metrics"]  # fmt: skip
-        budget = m["memory_budget_mb"]
-        rows.append(
-            (
-                name,
-                m["ppl"],
-                m["prune_seconds"],
-                m["prune_peak_rss_mb"],
-                budget,
-                m["achieved_sparsity"],
-            )
-        )
+        rows.append({"name": name, **m})
         print(f"  {name}: ppl {m['ppl']:.3f}", flush=True)
 
     print()
     print(f"model {args.model}; calibration C4 train head {args.nsamples} x {args.seqlen} (seed 0); "
           f"eval WikiText-2 test, first {args.max_windows} windows of {args.seqlen}")  # fmt: skip
-    head = f"{'configuration':<20}{'ppl':>10}{'prune s':>10}{'prune peak MB':>13}{'budget MB':>11}{'sparsity':>10}"
+    cols = [("ppl", 10, ".3f"), ("prune_seconds", 9, ".1f"), ("prune_peak_rss_mb", 10, ".0f"),
+            ("memory_budget_mb", 10, ".0f"), ("over_budget_mb", 9, "+.0f"),
+            ("achieved_sparsity", 10, ".4f")]  # fmt: skip
+    names = {"ppl": "ppl", "prune_seconds": "prune s", "prune_peak_rss_mb": "peak MB",
+             "memory_budget_mb": "budget MB", "over_budget_mb": "margin",
+             "achieved_sparsity": "sparsity"}  # fmt: skip
+    head = f"{'configuration':<20}" + "".join(f"{names[c]:>{w}}" for c, w, _ in cols)
     print(head)
     print("-" * len(head))
-    for name, ppl, secs, rss, budget, sp in rows:
-        rss_s = f"{rss:>13.0f}" if rss is not None else f"{'-':>13}"
-        bud_s = f"{budget:>11.0f}" if budget is not None else f"{'-':>11}"
-        print(f"{name:<20}{ppl:>10.3f}{secs:>10.1f}{rss_s}{bud_s}{sp:>10.4f}")
+    for r in rows:
+        cells = "".join(f"{r[c]:>{w}{f}}" if c in r else f"{'-':>{w}}" for c, w, f in cols)
+        print(f"{r['name']:<20}{cells}")
+    last = rows[-1]
+    if "memory_budget_mb" in last:
+        print(f"budget = process with the model loaded and its weights resident "
+              f"({last['loaded_rss_mb']:.0f} MB, of which weights {last['weight_mb']:.0f}) + "
+              f"calibration activations ({last['calib_buffers_mb']:.0f}) + attention probes "
+              f"({last['analysis_buffers_mb']:.0f}); margin = peak - budget")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -34,8 +34,12 @@ class AttentionProbe:
 
     @classmethod
     @torch.no_grad()
-    def capture(cls, adapter: ModelAdapter, ids: torch.Tensor, name: str, device) -> AttentionProbe:
-        """Run the (still dense) model on ids (N, L) and keep every layer's q_proj input."""
+    def capture(
+        cls, adapter: ModelAdapter, ids: torch.Tensor, name: str, device,
+        dense: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ) -> AttentionProbe:  # fmt: skip
+        """Run the (still dense) model on ids (N, L) and keep every layer's q_proj input.
+        ``dense``: another probe's dense W_Q/W_K of the same model, shared instead of cloned."""
         X: list[list[torch.Tensor]] = [[] for _ in range(adapter.n_layers)]
         handles = []
         for i, layer in enumerate(adapter.layers):
@@ -56,13 +60,14 @@ class AttentionProbe:
         hidden = torch.zeros(1, L, adapter.hidden_size, device=device)
         rope = adapter.position_embeddings(hidden, pos)
         rope = None if rope is None else (rope[0][0].float().cpu(), rope[1][0].float().cpu())
-        dense = [
-            tuple(
-                lin.weight.detach().float().cpu().clone()
-                for lin in adapter.linears(layer, ("q", "k")).values()
-            )
-            for layer in adapter.layers
-        ]
+        if dense is None:
+            dense = [
+                tuple(
+                    lin.weight.detach().float().cpu().clone()
+                    for lin in adapter.linears(layer, ("q", "k")).values()
+                )
+                for layer in adapter.layers
+            ]
         return cls(name, [torch.cat(x) for x in X], rope, dense)  # type: ignore[arg-type]
 
     @torch.no_grad()

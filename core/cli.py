@@ -139,6 +139,37 @@ def _add_prune(p: argparse.ArgumentParser) -> None:
                    help="keep calibration activations on the CPU (large models)")  # fmt: skip
 
 
+def _add_zeroshot(p: argparse.ArgumentParser, default_tasks: str | None = None) -> None:
+    g = p.add_argument_group("zero-shot accuracy")
+    extra = "" if default_tasks else " (default: none, perplexity only)"
+    g.add_argument(
+        "--tasks",
+        default=default_tasks,
+        help="comma list of piqa, hellaswag, arc_easy, arc_challenge, winogrande, boolq, or "
+        "all" + extra,
+    )
+    g.add_argument("--limit", type=int, default=None, help="first N items of each task")
+
+
+def zeroshot_config(args, batch_size: int | None = None):
+    """ZeroShotConfig from --tasks/--limit (None without --tasks). Task files come from
+    <data dir>/tasks/ (--data-dir, $PRUNESCOPE_DATA_DIR or ../shared/data), else the hub."""
+    from core.config import ZeroShotConfig
+    from core.data import default_data_dir
+
+    if not args.tasks:
+        if args.limit is not None:
+            from core.errors import ConfigError
+
+            raise ConfigError("--limit applies to zero-shot tasks: give --tasks too")
+        return None
+    data_dir = args.data_dir or default_data_dir()
+    if data_dir is not None:
+        data_dir = str(Path(data_dir).expanduser().resolve())
+    kw = {} if batch_size is None else {"batch_size": batch_size}
+    return ZeroShotConfig(args.tasks, args.limit, data_dir, **kw)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m core",
@@ -151,7 +182,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model(p), _add_eval(p), _add_common(p)
 
     p = sub.add_parser("prune", help="prune a model and compare its perplexity with the dense one")
-    _add_model(p), _add_prune(p), _add_calib(p), _add_eval(p, "--eval"), _add_common(p)
+    _add_model(p), _add_prune(p), _add_calib(p), _add_eval(p, "--eval"), _add_zeroshot(p)
+    _add_common(p)
+
+    p = sub.add_parser("zeroshot", help="zero-shot accuracy (lm-eval scoring) of a model or run")
+    _add_model(p)
+    p.set_defaults(model=None)  # with --run the model comes from the run
+    p.add_argument("--run", default=None, metavar="RUN_ID",
+                   help="a stored eval/prune/slice run: evaluate the model it produced")  # fmt: skip
+    _add_zeroshot(p, "all")
+    p.add_argument("--data-dir", default=None,
+                   help="folder with tasks/<task>/ files (default: $PRUNESCOPE_DATA_DIR or "
+                        "../shared/data when present, else the Hugging Face Hub)")  # fmt: skip
+    p.add_argument("--batch-size", type=int, default=8)
+    _add_common(p)
 
     p = sub.add_parser("methods", help="the registered pruning methods and their --option keys")
     p.add_argument("--json", action="store_true")
@@ -249,7 +293,18 @@ def cmd_prune(args, progress) -> dict[str, Any]:
                         args.owl_lambda, args.owl_m, parse_options(args.option))  # fmt: skip
     store = open_store(args)
     return run_prune(model_spec(args), prune, calib_config(args), eval_config(args), store,
-                     progress, args.force, args.save, args.activations_on_cpu)  # fmt: skip
+                     progress, args.force, args.save, args.activations_on_cpu,
+                     zeroshot_config(args))  # fmt: skip
+
+
+def cmd_zeroshot(args, progress) -> dict[str, Any]:
+    from core.pipeline import run_zeroshot
+
+    model = model_spec(args) if args.model is not None else None
+    if model is None and args.run is None:
+        model = model_spec(argparse.Namespace(**{**vars(args), "model": "smollm2-135m"}))
+    return run_zeroshot(model, zeroshot_config(args, args.batch_size), open_store(args), args.run,
+                        progress, args.force)  # fmt: skip
 
 
 def cmd_methods() -> list[dict[str, Any]]:
@@ -357,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from core import cli_analysis
 
-            handler = {"eval": cmd_eval, "prune": cmd_prune, **cli_analysis.COMMANDS}[args.command]
+            handler = {"eval": cmd_eval, "prune": cmd_prune, "zeroshot": cmd_zeroshot,
+                       **cli_analysis.COMMANDS}[args.command]  # fmt: skip
             out = handler(args, progress)
     except PruneScopeError as exc:
         progress.close()

@@ -18,24 +18,38 @@ def _parse_grid(text: str) -> tuple[float, ...]:
 
 
 def cmd_slice(args, progress) -> dict[str, Any]:
-    from core.cli import calib_config, eval_config, model_spec, open_store, parse_options
+    from core.cli import (
+        calib_config,
+        eval_config,
+        model_spec,
+        open_store,
+        parse_options,
+        zeroshot_config,
+    )
     from core.config import PruneConfig
     from core.slicing import run_slice
 
     prune = PruneConfig("slicegpt", args.sparsity, options=parse_options(args.option))
     return run_slice(model_spec(args), prune, calib_config(args, 42), eval_config(args),
-                     open_store(args), progress, args.force, args.save)  # fmt: skip
+                     open_store(args), progress, args.force, args.save, zeroshot_config(args))  # fmt: skip
 
 
 def cmd_sweep(args, progress) -> dict[str, Any]:
-    from core.cli import calib_config, eval_config, model_spec, open_store, parse_options
+    from core.cli import (
+        calib_config,
+        eval_config,
+        model_spec,
+        open_store,
+        parse_options,
+        zeroshot_config,
+    )
     from core.slicing import run_sweep
 
     if args.method != "slicegpt":
         raise ConfigError("sweep --method supports slicegpt (the representation-dimension sweep)")
     return run_sweep(model_spec(args), _parse_grid(args.sparsities), calib_config(args, 42),
                      eval_config(args), open_store(args), parse_options(args.option), progress,
-                     args.force)  # fmt: skip
+                     args.force, zeroshot_config(args))  # fmt: skip
 
 
 def cmd_effdim(args, progress) -> dict[str, Any]:
@@ -55,6 +69,8 @@ COMMANDS: dict[str, Any] = {"slice": cmd_slice, "sweep": cmd_sweep, "effdim": cm
 
 def add_commands(sub, add_model, add_eval, add_calib, add_common) -> None:
     """Register the analysis subcommands on the top-level parser."""
+    from core.cli import _add_zeroshot
+
     p = sub.add_parser("slice", help="SliceGPT: slice the representation dimension d to (1-s)d")
     add_model(p)
     g = p.add_argument_group("slicing")
@@ -70,6 +86,7 @@ def add_commands(sub, add_model, add_eval, add_calib, add_common) -> None:
                    "core.methods.slicegpt.load_sliced)")  # fmt: skip
     add_calib(p, "wikitext2")
     add_eval(p, "--eval")
+    _add_zeroshot(p)
     add_common(p)
 
     p = sub.add_parser(
@@ -82,6 +99,7 @@ def add_commands(sub, add_model, add_eval, add_calib, add_common) -> None:
     g.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
     add_calib(p, "wikitext2")
     add_eval(p, "--eval")
+    _add_zeroshot(p)
     add_common(p)
 
     p = sub.add_parser("effdim", help="effective dimension of stored runs and the relation "
@@ -119,9 +137,34 @@ def effdim_lines(out: dict[str, Any]) -> list[str]:
     return lines
 
 
+def zeroshot_lines(zs: dict[str, Any], dense: dict[str, Any] | None = None) -> list[str]:
+    """Per-task acc / acc_norm (± standard error), dense beside when given."""
+    head = f"{'task':<16}{'n':>6}{'acc':>16}{'acc_norm':>16}"
+    lines = [head + (f"{'dense acc':>12}" if dense else "")]
+    for name, t in zs["tasks"].items():
+        norm = f"{t['acc_norm']:.4f}±{t['acc_norm_stderr']:.4f}" if "acc_norm" in t else "-"
+        row = f"{t['label']:<16}{t['n']:>6}{t['acc']:>9.4f}±{t['acc_stderr']:.4f}{norm:>16}"
+        if dense:
+            row += f"{dense['tasks'][name]['acc']:>12.4f}"
+        lines.append(row)
+    lines.append(f"{'mean acc':<22}{zs['mean_acc']:>9.4f}"
+                 + (f"{'':>23}{dense['mean_acc']:>12.4f}" if dense else ""))  # fmt: skip
+    for t in zs["tasks"].values():
+        if t.get("note"):
+            lines.append(f"note: {t['note']}")
+    if zs.get("limit"):
+        lines.append(f"limit: first {zs['limit']} items per task")
+    return lines
+
+
 def summary_lines(command: str, m: dict[str, Any]) -> list[str]:
     """A few readable lines of a run's metrics."""
     lines = []
+    if command == "zeroshot":
+        src = m.get("source_run")
+        lines.append(f"model: {m.get('model_name', '?')}" + (
+            f" from run {src} ({m['model_from']})" if src else " (dense)"))  # fmt: skip
+        return lines + zeroshot_lines(m["zeroshot"])
     data = m.get("data") or {}
     if data:
         note = "" if data.get("comparable", True) else "  [NOT comparable with published figures]"
@@ -133,6 +176,14 @@ def summary_lines(command: str, m: dict[str, Any]) -> list[str]:
         lines.append(
             f"fit ln PPL0/ln PPL = a(1-s) + b: a = {m['a']:.4f}, b = {m['b']:.4f}, R^2 = {m['r2']:.4f}"
         )
+        if "acc_fit_kappa" in m:
+            lines.append(
+                f"accuracy (mean of tasks): ln(acc/acc_dense) = k(1-s) + c: k = "
+                f"{m['acc_fit_kappa']:.4f}, c = {m['acc_fit_intercept']:.4f}, R^2 = "
+                f"{m['acc_fit_r2']:.4f} ({'held' if m['acc_fit_held'] else 'did not hold'}); "
+                f"ln(acc/chance) = k'(1-s): k' = {m['acc_fit_kappa_chance']:.4f}, R^2 = "
+                f"{m['acc_fit_r2_chance']:.4f} ({'held' if m['acc_fit_held_chance'] else 'did not hold'})"
+            )
         lines.append("per-point table: python -m core runs show <id> (table 'sweep') or the app")
     elif command == "eval" or "tokens_per_s" in m:
         lines.append(f"perplexity: {m['ppl']:.4f}  (mean NLL {m['nll']:.4f} nats)")
@@ -155,6 +206,10 @@ def summary_lines(command: str, m: dict[str, Any]) -> list[str]:
             lines.append(f"achieved sparsity: {m['achieved_sparsity']:.4f} of targeted weights "
                          f"({m['decoder_sparsity']:.4f} of all decoder linears)")  # fmt: skip
         lines.append(f"pruning time: {m['prune_seconds']:.1f} s")
+        if "zeroshot" in m:
+            lines.append(f"zero-shot accuracy (dense run {m['dense_zeroshot_run']}):")
+            lines.extend("  " + ln for ln in zeroshot_lines(m["zeroshot"], None))
+            lines.append(f"  dense mean acc {m['dense_mean_acc']:.4f}")
         if m.get("saved_to"):
             lines.append(f"saved to: {m['saved_to']}")
     return lines

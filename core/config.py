@@ -103,8 +103,28 @@ class PruneConfig:
 
 
 @dataclass(frozen=True)
+class ZeroShotConfig:
+    """Zero-shot multiple-choice evaluation (core.zeroshot): which tasks, the first ``limit``
+    items of each (None: all), task files under data_dir/tasks (None: the hub)."""
+
+    tasks: tuple[str, ...] = ("piqa", "hellaswag", "arc_easy", "arc_challenge", "winogrande",
+                              "boolq")  # fmt: skip
+    limit: int | None = None
+    data_dir: str | None = None
+    batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        from core.zeroshot import parse_tasks
+
+        object.__setattr__(self, "tasks", parse_tasks(self.tasks))
+        _check(self.limit is None or self.limit >= 1,
+               f"limit must be >= 1 item per task (omit it for all items), got {self.limit}")  # fmt: skip
+        _check(self.batch_size >= 1, "batch size must be >= 1")
+
+
+@dataclass(frozen=True)
 class RunConfig:
-    """A whole run: kind in {'eval', 'prune', 'slice', 'sweep', 'effdim'}."""
+    """A whole run: kind in {'eval', 'prune', 'slice', 'sweep', 'effdim', 'zeroshot'}."""
 
     kind: str
     model: ModelSpec = field(default_factory=ModelSpec)
@@ -124,6 +144,30 @@ class RunConfig:
         """First 16 hex digits of sha256(canonical JSON): same config, same id."""
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
 
+    def extra_value(self, key: str, default: Any = None) -> Any:
+        return dict(self.extra).get(key, default)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
+        """Inverse of ``to_dict`` (a stored run's config), with the same run id."""
+
+        def data(x: dict[str, Any]) -> DataSpec:
+            return DataSpec(**x)
+
+        ev = dict(d["eval"])
+        calib = dict(d["calib"]) if d.get("calib") else None
+        prune = dict(d["prune"]) if d.get("prune") else None
+        if prune is not None:
+            prune["options"] = options_tuple(prune.get("options") or {})
+        return cls(
+            kind=d["kind"],
+            model=ModelSpec(**d["model"]),
+            eval=EvalConfig(**{**ev, "data": data(ev["data"])}),
+            calib=CalibConfig(**{**calib, "data": data(calib["data"])}) if calib else None,
+            prune=PruneConfig(**prune) if prune else None,
+            extra=tuple(sorted((d.get("extra") or {}).items())),
+        )
+
 
 def _plain(obj: Any) -> Any:
     if isinstance(obj, dict):
@@ -136,6 +180,17 @@ def _plain(obj: Any) -> Any:
             return {k: _plain(v) for k, v in obj}
         return [_plain(v) for v in obj]
     return obj
+
+
+def zeroshot_dict(zs: ZeroShotConfig) -> dict[str, Any]:
+    return _plain(dataclasses.asdict(zs))
+
+
+def zeroshot_from(value: Any) -> ZeroShotConfig | None:
+    """A ZeroShotConfig from a config's extra value (dict) or None."""
+    if value is None or isinstance(value, ZeroShotConfig):
+        return value
+    return ZeroShotConfig(**{**dict(value), "tasks": tuple(dict(value)["tasks"])})
 
 
 def options_tuple(options: Any) -> tuple[tuple[str, Any], ...]:

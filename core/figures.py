@@ -270,6 +270,40 @@ def ppl_vs_dprime(
     return _layout(fig, "Perplexity vs representation dimension")
 
 
+def accuracy_vs_dprime(acc: pd.DataFrame, fits: pd.DataFrame | None = None) -> go.Figure:
+    """Zero-shot accuracy per task against the kept width d′ (markers, dense point at d′ = d),
+    with the fitted (A2) curve acc_dense·exp(κ(1 − s) + c) dotted, and each task's chance level.
+
+    acc columns: s, d_prime, task, label, acc[, acc_stderr, chance]; fits (optional): task,
+    kappa, intercept (the accuracy_fit table of a sweep).
+    """
+    if acc.empty:
+        return empty_figure("no accuracy measured in this sweep")
+    fig = go.Figure()
+    d = float(acc["d_prime"].max())
+    fit_of = {} if fits is None else {r.task: r for r in fits.itertuples()}
+    tasks = list(dict.fromkeys(acc["task"]))
+    for i, task in enumerate(tasks):
+        part = acc[acc["task"] == task].sort_values("d_prime")
+        color = _EXTRA[i % len(_EXTRA)]
+        label = str(part["label"].iloc[0])
+        err = part.get("acc_stderr")
+        fig.add_trace(go.Scatter(
+            x=part["d_prime"], y=part["acc"], mode="lines+markers", name=label,
+            line=dict(color=color), error_y=None if err is None else dict(array=err, width=3),
+        ))  # fmt: skip
+        fit = fit_of.get(task)
+        if fit is not None and np.isfinite([fit.kappa, fit.intercept]).all():
+            acc0 = float(part.loc[part["s"] == 0, "acc"].iloc[0])
+            grid = np.linspace(float(part["d_prime"].min()), d, 50)
+            y = acc0 * np.exp(fit.kappa * grid / d + fit.intercept)  # 1 − s = d′/d
+            fig.add_trace(go.Scatter(x=grid, y=y, mode="lines", showlegend=False,
+                                     line=dict(color=color, dash="dot"), hoverinfo="skip"))  # fmt: skip
+    fig.update_xaxes(title="kept width d′")
+    fig.update_yaxes(title="accuracy", rangemode="tozero")
+    return _layout(fig, "Zero-shot accuracy vs d′ (dotted: ln(acc/acc_dense) = κ(1−s) + c)")
+
+
 def ratio_vs_keep(
     sweep: pd.DataFrame,
     ppl0: float,

@@ -201,7 +201,8 @@ def plan_prune_args(args: argparse.Namespace) -> RunConfig:
         args.owl_m,
         cli.parse_options(args.option),
     )
-    parts = (cli.model_spec(args), prune, cli.calib_config(args), cli.eval_config(args))
+    parts = (cli.model_spec(args), prune, cli.calib_config(args), cli.eval_config(args),
+             cli.zeroshot_config(args))  # fmt: skip
     if getattr(get_method(prune.method), "structured", False):
         from core.slicing import plan_slice
 

@@ -13,10 +13,31 @@ import torch
 
 from core.attention_compare import AttentionProbe
 from core.attention_compare import summarize as summarize_attention
-from core.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig, RunConfig, options_tuple
+from core.config import (
+    CalibConfig,
+    EvalConfig,
+    ModelSpec,
+    PruneConfig,
+    RunConfig,
+    ZeroShotConfig,
+    options_tuple,
+    zeroshot_dict,
+    zeroshot_from,
+)
 from core.data import calibration_windows, eval_windows, load_corpus
 from core.device import dtype_name, resolve_device, resolve_dtype
-from core.errors import ConfigError
+from core.errors import ConfigError, StoreError
+from core.memory import (
+    limit_heap_growth,
+    peak_rss_mb,
+    phase_report,
+    proc_status_mb,
+    release_freed,
+    reset_peak_rss,
+    tensor_mb,
+    touch_weights,
+    weight_mb,
+)
 from core.methods import get_method
 from core.models import LoadedModel, load_model
 from core.perplexity import evaluate_perplexity
@@ -252,8 +273,11 @@ def prepare_run(
     that copy before it is changed. Returns (model, method instance, dense result, RSS once
     loaded in MiB)."""
     report(progress, "load", 0, 1, f"loading {cfg.model.name}")
+    limit_heap_growth()  # no heap creep across layers (core.memory)
     lm = get_model(cfg.model, fresh=True)
-    loaded_rss = proc_status_mb("VmRSS")  # interpreter + libraries + the weights
+    touch_weights(lm.model)  # memory-mapped weights resident, so the baseline counts them
+    release_freed()
+    loaded_rss = proc_status_mb("VmRSS")  # interpreter + libraries + tokenizer + the weights
     check_seqlen(lm, cfg.eval.seqlen)
     check_seqlen(lm, cfg.calib.seqlen, "calibration seqlen")
     if roles is not None:
@@ -265,29 +289,54 @@ def prepare_run(
 
 
 def plan_prune(
-    model: ModelSpec, prune: PruneConfig, calib: CalibConfig, eval_cfg: EvalConfig
-) -> RunConfig:
-    """The resolved config (hence the run id) a prune run will have; validates everything."""
+    model: ModelSpec, prune: PruneConfig, calib: CalibConfig, eval_cfg: EvalConfig,
+    zeroshot: ZeroShotConfig | None = None,
+) -> RunConfig:  # fmt: skip
+    """The resolved config (hence the run id) a prune run will have; validates everything.
+    Zero-shot settings enter the config only when given, so runs without keep their ids."""
+    extra = (("zeroshot", zeroshot_dict(zeroshot)),) if zeroshot is not None else ()
     return RunConfig(
-        "prune", resolve_model_spec(model), eval_cfg, calib, resolve_prune_config(prune)
+        "prune", resolve_model_spec(model), eval_cfg, calib, resolve_prune_config(prune), extra
     )
+
+
+def apply_prune(
+    lm: LoadedModel, prune: PruneConfig, calib_ids: torch.Tensor, device: torch.device,
+    progress: ProgressFn | None = None, **runner_kw: Any,
+) -> tuple[Any, list[dict[str, Any]]]:  # fmt: skip
+    """Prune ``lm`` in place with a resolved unstructured/N:M config: per-layer allocation,
+    then the method on the shared runner. Returns (RunnerResult, allocation rows)."""
+    from core.adapter import resolve_roles
+    from core.runner import run_method
+
+    roles = resolve_roles(prune.targets)
+    cls = get_method(prune.method)
+    method = cls(cls.options_cls(**dict(prune.options)))
+    sparsities, alloc_rows = allocate_sparsity(
+        lm, prune, roles, calib_ids, device, progress, **runner_kw
+    )
+    result = run_method(method, lm.adapter, calib_ids, roles, sparsities, prune.pattern, device,
+                        on_progress=progress, **runner_kw)  # fmt: skip
+    return result, alloc_rows
 
 
 def run_prune(
     model: ModelSpec, prune: PruneConfig, calib: CalibConfig, eval_cfg: EvalConfig,
     store: RunStore, on_progress: ProgressFn | None = None, force: bool = False,
     save_dir: str | None = None, activations_on_cpu: bool = False,
+    zeroshot: ZeroShotConfig | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Prune a model with a registered method, evaluate it against the dense model, store it."""
+    """Prune a model with a registered method, evaluate it against the dense model (perplexity,
+    and zero-shot accuracy when ``zeroshot`` is given), store it."""
     from core.adapter import resolve_roles
-    from core.runner import run_method
 
-    cfg = plan_prune(model, prune, calib, eval_cfg)
+    cfg = plan_prune(model, prune, calib, eval_cfg, zeroshot)
     prune = cfg.prune
     if get_method(prune.method).structured:
         from core.slicing import run_slice
 
-        return run_slice(model, prune, calib, eval_cfg, store, on_progress, force, save_dir)
+        return run_slice(model, prune, calib, eval_cfg, store, on_progress, force, save_dir,
+                         zeroshot)  # fmt: skip
     cached = cached_result(store, cfg, force) if save_dir is None else None
     if cached is not None:
         return cached
@@ -295,7 +344,8 @@ def run_prune(
     roles = resolve_roles(prune.targets)
     with store.begin(cfg, force) as writer:
         progress = tee(writer.progress, on_progress)
-        lm, method, dense, loaded_rss = prepare_run(cfg, store, writer, progress, roles)
+        lm, _method, dense, loaded_rss = prepare_run(cfg, store, writer, progress, roles)
+        dense_zs = dense_zeroshot(cfg, store, lm, progress)
         windows, data_info = get_eval_windows(lm, eval_cfg)
         calib_ids, calib_info = get_calib_windows(lm, calib)
         kw = {"activations_on_cpu": activations_on_cpu}
@@ -303,18 +353,15 @@ def run_prune(
         probes = []
         if {"q", "k"} & set(roles):  # attention error of the pruned W_Q/W_K (Paper B's measure)
             report(progress, "probe", 0, 1, "dense attention references")
-            probes = [AttentionProbe.capture(lm.adapter, calib_ids[:2], "calib", device),
-                      AttentionProbe.capture(lm.adapter, windows[:2], "heldout", device)]  # fmt: skip
+            calib_probe = AttentionProbe.capture(lm.adapter, calib_ids[:2], "calib", device)
+            probes = [calib_probe, AttentionProbe.capture(lm.adapter, windows[:2], "heldout", device,
+                                                          dense=calib_probe.dense)]  # fmt: skip
 
-        reset_peak_rss()  # the budget below is for the pruning phase itself
+        start_phase()  # the budget below is for the pruning phase itself
         t0 = time.perf_counter()
-        sparsities, alloc_rows = allocate_sparsity(
-            lm, prune, roles, calib_ids, device, progress, **kw
-        )
-        result = run_method(method, lm.adapter, calib_ids, roles, sparsities, prune.pattern, device,
-                            on_progress=progress, **kw)  # fmt: skip
+        result, alloc_rows = apply_prune(lm, prune, calib_ids, device, progress, **kw)
         prune_seconds = time.perf_counter() - t0
-        memory = memory_report(lm, calib_ids, loaded_rss)
+        memory = memory_report(lm, calib_ids, loaded_rss, probe_mb(probes))
 
         pruned = evaluate_perplexity(lm.model, windows, eval_cfg.batch_size, device, progress)
         layer_rows = [dataclasses.asdict(r) for r in result.reports]
@@ -346,55 +393,41 @@ def run_prune(
             "data": data_info, "calib": calib_info, "model": lm.adapter.describe(),
         }  # fmt: skip
         metrics.update(memory, peak_rss_mb=peak_rss_mb())
+        metrics.update(pruned_zeroshot(cfg, lm, dense_zs, writer, progress))
         if save_dir:
             metrics["saved_to"] = save_model(lm, save_dir)
         writer.commit(metrics)
     return {"run_id": cfg.run_id, "config": cfg.to_dict(), "metrics": metrics, "cached": False}
 
 
-def proc_status_mb(field: str) -> float | None:
-    """A memory field of /proc/self/status (VmRSS, VmHWM) in MiB; None off Linux."""
-    try:
-        for line in open("/proc/self/status").read().splitlines():  # noqa: SIM115
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
+def probe_mb(probes: list[AttentionProbe]) -> float:
+    """Bytes the attention probes hold (shared dense weights counted once), in MiB."""
+    seen: set[int] = set()
+    total = 0.0
+    for probe in probes:
+        total += tensor_mb(*probe.X)
+        for w in (w for pair in probe.dense for w in pair):
+            if id(w) not in seen:
+                seen.add(id(w))
+                total += tensor_mb(w)
+    return total
 
 
-def reset_peak_rss() -> None:
-    """Restart the peak-RSS high-water mark (Linux), to measure one phase's peak."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-    except OSError:
-        pass
-
-
-def peak_rss_mb() -> float:
-    """Peak resident set size since start or the last ``reset_peak_rss``."""
-    hwm = proc_status_mb("VmHWM")
-    if hwm is not None:
-        return hwm
-    import resource
-    import sys
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (2**20 if sys.platform == "darwin" else 2**10)
+def start_phase() -> None:
+    """Return memory freed by set-up to the OS and restart the peak, just before pruning."""
+    release_freed()
+    reset_peak_rss()
 
 
 def memory_report(
-    lm: LoadedModel, calib_ids: torch.Tensor, loaded_rss_mb: float | None
-) -> dict[str, float]:
-    """The pruning phase's peak RSS beside the budget it should stay within: the process
-    once the model is loaded (interpreter, libraries, weight bytes) + the calibration
-    activations (inputs and outputs of one layer, float32)."""
-    weights = sum(p.numel() * p.element_size() for p in lm.model.parameters()) / 2**20
+    lm: LoadedModel, calib_ids: torch.Tensor, loaded_rss_mb: float | None,
+    analysis_mb: float = 0.0,
+) -> dict[str, float]:  # fmt: skip
+    """The pruning phase's peak RSS beside its budget (core.memory): the process once the
+    model is loaded with its weights resident + the calibration activations (inputs and
+    outputs of one layer, float32) + analysis buffers kept on purpose (attention probes)."""
     act = calib_ids.numel() * lm.adapter.hidden_size * 4 * 2 / 2**20
-    loaded = loaded_rss_mb or 0.0
-    return {"prune_peak_rss_mb": peak_rss_mb(), "loaded_rss_mb": loaded, "weight_mb": weights,
-            "calib_buffers_mb": act, "memory_budget_mb": loaded + act}  # fmt: skip
+    return phase_report(peak_rss_mb(), loaded_rss_mb, weight_mb(lm.model), act, analysis_mb)
 
 
 def residual_effdim(
@@ -418,3 +451,159 @@ def save_model(lm: LoadedModel, folder: str) -> str:
     lm.model.save_pretrained(path, safe_serialization=True)
     lm.tokenizer.save_pretrained(path)
     return str(path)
+
+
+# ---- zero-shot accuracy ---------------------------------------------------------------------------
+ZS_SOURCES = ("eval", "prune", "slice")  # run kinds whose model a zeroshot run can evaluate
+
+
+def _zeroshot_result(res: dict[str, Any], writer) -> dict[str, Any]:
+    """Store a zero-shot result's tables; return the metrics entries it contributes."""
+    from core.zeroshot import summary_row
+
+    writer.write_table("zeroshot", list(res["tasks"].values()))
+    writer.write_table("zeroshot_items", res["items"])
+    kept = {k: v for k, v in res.items() if k != "items"}
+    return {"zeroshot": kept, **summary_row(res)}
+
+
+def dense_zeroshot(
+    cfg: RunConfig, store: RunStore, lm: LoadedModel, progress: ProgressFn | None
+) -> dict[str, Any] | None:
+    """The dense model's zero-shot run for a prune/slice config that asks for accuracy (run
+    on ``lm`` before it is pruned; reused from the store when already computed)."""
+    zs = zeroshot_from(cfg.extra_value("zeroshot"))
+    if zs is None:
+        return None
+    return run_zeroshot(cfg.model, zs, store, on_progress=progress, lm=lm)
+
+
+def pruned_zeroshot(
+    cfg: RunConfig, lm: LoadedModel, dense: dict[str, Any] | None, writer, progress
+) -> dict[str, Any]:
+    """Zero-shot accuracy of the pruned model in memory, beside the dense one's."""
+    from core.zeroshot import evaluate_zeroshot
+
+    zs = zeroshot_from(cfg.extra_value("zeroshot"))
+    if zs is None or dense is None:
+        return {}
+    res = evaluate_zeroshot(lm.model, lm.tokenizer, zs.tasks, zs.data_dir, zs.limit,
+                            zs.batch_size, progress)  # fmt: skip
+    return {**_zeroshot_result(res, writer), "dense_zeroshot_run": dense["run_id"],
+            "dense_mean_acc": dense["metrics"]["mean_acc"]}  # fmt: skip
+
+
+def plan_zeroshot(
+    model: ModelSpec | None, zs: ZeroShotConfig, store: RunStore, source_run: str | None = None
+) -> tuple[RunConfig, RunConfig | None]:
+    """(zeroshot run config, the source run's config or None). With a source run the model
+    comes from that run; a different explicit model is an error."""
+    src = None
+    if source_run is not None:
+        rec = store.get(source_run)
+        if rec.status != "done" or rec.kind not in ZS_SOURCES:
+            raise StoreError(f"run {rec.id} is a {rec.status} {rec.kind} run; zero-shot "
+                             f"evaluation needs a finished {'/'.join(ZS_SOURCES)} run")  # fmt: skip
+        src = RunConfig.from_dict(rec.config)
+        if model is not None and model.name != src.model.name:
+            raise ConfigError(f"run {rec.id} is of model {src.model.name!r}, not {model.name!r}")
+        spec, source_run = src.model, rec.id
+    elif model is None:
+        raise ConfigError("zero-shot evaluation needs a model or a stored run")
+    else:
+        spec = resolve_model_spec(model)
+    extra = (("source_run", source_run), ("zeroshot", zeroshot_dict(zs)))
+    return RunConfig("zeroshot", spec, EvalConfig(), extra=extra), src
+
+
+def run_zeroshot(
+    model: ModelSpec | None, zs: ZeroShotConfig, store: RunStore, source_run: str | None = None,
+    on_progress: ProgressFn | None = None, force: bool = False, lm: LoadedModel | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Zero-shot accuracy of a dense model, or of a stored run's pruned/sliced model (its saved
+    folder when it has one, else rebuilt by re-running its pruning). Stored as a 'zeroshot' run."""
+    from core.zeroshot import evaluate_zeroshot
+
+    cfg, src = plan_zeroshot(model, zs, store, source_run)
+    if not force and store.running_elsewhere(cfg.run_id):
+        report(on_progress, "load", 0, 1, "waiting for a job computing the same accuracy")
+        store.wait_while_running(cfg.run_id)
+    cached = cached_result(store, cfg, force)
+    if cached is not None:
+        return cached
+    with store.begin(cfg, force) as writer:
+        progress = tee(writer.progress, on_progress)
+        writer.write_env(environment_record(cfg.model.device))
+        how = "dense"
+        if lm is None and src is None:
+            report(progress, "load", 0, 1, f"loading {cfg.model.name}")
+            lm = get_model(cfg.model, fresh=False)  # read-only use: the shared pristine copy
+        elif lm is None:
+            lm, how = model_of_run(src, store, cfg.extra_value("source_run"), progress)
+        res = evaluate_zeroshot(lm.model, lm.tokenizer, zs.tasks, zs.data_dir, zs.limit,
+                                zs.batch_size, progress)  # fmt: skip
+        metrics = {**_zeroshot_result(res, writer), "source_run": cfg.extra_value("source_run"),
+                   "model_from": how, "model_name": cfg.model.name,
+                   "model": lm.adapter.describe()}  # fmt: skip
+        writer.commit(metrics)
+    return {"run_id": cfg.run_id, "config": cfg.to_dict(), "metrics": metrics, "cached": False}
+
+
+def model_of_run(
+    src: RunConfig, store: RunStore, run_id: str, progress: ProgressFn | None
+) -> tuple[LoadedModel, str]:
+    """The model a stored run produced, and how it was obtained ('dense', 'saved', 'rebuilt')."""
+    from pathlib import Path
+
+    if src.kind == "eval":
+        report(progress, "load", 0, 1, f"loading {src.model.name}")
+        return get_model(src.model, fresh=False), "dense"
+    saved = store.load(run_id).metrics.get("saved_to")
+    if saved and Path(saved).is_dir():
+        report(progress, "load", 0, 1, f"loading the saved model {saved}")
+        return _load_saved(src, saved), "saved"
+    report(progress, "load", 0, 1, f"rebuilding run {run_id}'s model by re-running its pruning")
+    lm = rebuild_model(src, progress)
+    expected = store.load(run_id).metrics.get("achieved_sparsity")
+    if expected is not None:
+        got = weight_sparsity(lm, _roles(src))["achieved_sparsity"]
+        if abs(got - expected) > 1e-9:
+            raise StoreError(f"rebuilding run {run_id} gave sparsity {got:.6f}, the run "
+                             f"recorded {expected:.6f}; the run cannot be reproduced here")  # fmt: skip
+    return lm, "rebuilt"
+
+
+def _roles(cfg: RunConfig) -> tuple[str, ...]:
+    from core.adapter import resolve_roles
+
+    return resolve_roles(cfg.prune.targets)
+
+
+def _load_saved(src: RunConfig, folder: str) -> LoadedModel:
+    from core.adapter import ModelAdapter
+    from core.methods.slicegpt import load_sliced
+
+    device = torch.device(src.model.device)
+    dtype = resolve_dtype(src.model.dtype, device)
+    if src.kind == "slice":
+        from transformers import AutoTokenizer
+
+        model = load_sliced(folder, device, dtype)
+        return LoadedModel(model, AutoTokenizer.from_pretrained(folder),
+                           ModelAdapter.from_model(model), src.model.name, "saved", folder)  # fmt: skip
+    return load_model(folder, device, dtype)
+
+
+def rebuild_model(cfg: RunConfig, progress: ProgressFn | None = None) -> LoadedModel:
+    """Re-run a stored prune/slice config's pruning in memory (no evaluation): the same
+    model, since calibration windows, seeds and every method are deterministic."""
+    lm = get_model(cfg.model, fresh=True)
+    calib_ids, _ = get_calib_windows(lm, cfg.calib)
+    device = torch.device(cfg.model.device)
+    cls = get_method(cfg.prune.method)
+    if cls.structured:
+        method = cls(cls.options_cls(**dict(cfg.prune.options)))
+        method.slice(lm.model, calib_ids, cfg.prune.sparsity, device, progress)
+    else:
+        apply_prune(lm, cfg.prune, calib_ids, device, progress)
+    return lm

@@ -101,6 +101,65 @@ def relation_fit(
     return {"a": a, "b": b, "r2": r2, "rows": rows}
 
 
+# ---- Paper A, accuracy relation (A2) ------------------------------------------------------------
+HELD_R2 = 0.9  # a relation "held" on a sweep when its fit explains >= 90% of the variance
+
+
+def accuracy_relation(
+    s_values: Sequence[float], acc_values: Sequence[float], acc0: float, chance: float
+) -> dict[str, Any]:
+    """Fit Paper A's accuracy relation (A2) ln(acc/acc₀) ∝ (1 − s) to a sweep.
+
+    With acc₀ the dense accuracy, (A2) cannot hold through the origin (at s = 0 the left side
+    is 0 while 1 − s = 1), so two readings are fitted (papers.md §2):
+
+    - dense:  ln(acc/acc_dense) = κ·(1 − s) + c, least squares with an intercept; the dense
+      point (s = 0, ln 1 = 0) is included. "held" = R² ≥ HELD_R2 and κ > 0.
+    - chance: ln(acc/chance) = κ'·(1 − s) through the origin (acc₀ read as the level reached
+      as s → 1); R² against the mean. "held" = R² ≥ HELD_R2 and κ' > 0.
+
+    s_values / acc_values: the pruned points (s > 0). Returns the two fits and one row per
+    point (dense first) with the measured and both predicted accuracies.
+    """
+    if len(s_values) != len(acc_values):
+        raise ConfigError(f"{len(s_values)} sparsities but {len(acc_values)} accuracies")
+    pts = [(0.0, float(acc0))] + [(float(s), float(a)) for s, a in zip(s_values, acc_values)]  # noqa: B905
+    if any(not 0 <= a <= 1 for _, a in pts) or not 0 < chance < 1:
+        raise ConfigError(f"accuracies must be in [0, 1] and chance in (0, 1); got "
+                          f"{[a for _, a in pts]}, chance={chance}")  # fmt: skip
+    # ln 0 is undefined: 0% points are left out (all of them when the dense model scores 0)
+    usable = [(s, a) for s, a in pts if a > 0] if acc0 > 0 else []
+    x = [1.0 - s for s, _ in usable]
+    y = [math.log(a / acc0) for _, a in usable]
+    kappa, c, r2 = linear_fit(x, y)
+    if len(set(y)) == 1:  # accuracy never moved: nothing for a fit to explain
+        r2 = math.nan
+    kappa_ch = r2_ch = math.nan
+    if usable:
+        yc = [math.log(a / chance) for _, a in usable]
+        xs, ycs = torch.tensor(x, dtype=torch.float64), torch.tensor(yc, dtype=torch.float64)
+        kappa_ch = float((xs * ycs).sum() / (xs * xs).sum())
+        ss_tot = float(((ycs - ycs.mean()) ** 2).sum())
+        ss_res = float(((ycs - kappa_ch * xs) ** 2).sum())
+        r2_ch = 1.0 - ss_res / ss_tot if ss_tot > 1e-12 else math.nan
+    rows = []
+    for s, a in pts:
+        xi = 1.0 - s
+        rows.append({
+            "s": s, "acc": a, "ln_ratio": math.log(a / acc0) if a > 0 < acc0 else math.nan,
+            "predicted": acc0 * math.exp(kappa * xi + c) if math.isfinite(kappa) else math.nan,
+            "predicted_chance": chance * math.exp(kappa_ch * xi),
+        })  # fmt: skip
+    return {
+        "acc0": float(acc0), "chance": float(chance), "n_points": len(usable),
+        "kappa": kappa, "intercept": c, "r2": r2,
+        "held": bool(math.isfinite(r2) and r2 >= HELD_R2 and kappa > 0),
+        "kappa_chance": kappa_ch, "r2_chance": r2_ch,
+        "held_chance": bool(math.isfinite(r2_ch) and r2_ch >= HELD_R2 and kappa_ch > 0),
+        "rows": rows,
+    }  # fmt: skip
+
+
 # ---- effective dimension -------------------------------------------------------------------------
 def dims_from_gram(gram: torch.Tensor) -> dict[str, float]:
     """Effective dimensions from an uncentred Gram matrix G = XᵀX (d, d).

@@ -124,14 +124,16 @@ def forward_layer(layer: nn.Module, hidden: torch.Tensor, kwargs: dict[str, Any]
 
 @torch.no_grad()
 def propagate(
-    layer: nn.Module, inputs: LayerInputs, device: torch.device, hooks_active: bool = True
+    layer: nn.Module, inputs: LayerInputs, device: torch.device, keep: bool = True
 ) -> list[torch.Tensor]:
-    """Run one layer over every calibration batch; returns outputs on the store device."""
+    """Run one layer over every calibration batch; returns outputs on the store device.
+    keep=False drops each batch's output at once (a pass run for its hooks only)."""
     outs = []
     for h, kw in zip(inputs.hidden, inputs.kwargs, strict=True):
         store = h.device
         out = forward_layer(layer, h.to(device), move(kw, device))
-        outs.append(out.to(store))
+        if keep:
+            outs.append(out.to(store))
     return outs
 
 
@@ -219,7 +221,7 @@ def run_layerwise(
     device: torch.device | str = "cpu",
     needs_gram: bool = True,
     needs_inputs: frozenset[str] = frozenset(),
-    batch_size: int = 8,
+    batch_size: int = 4,  # sequences per layer call: bounds the forward's transient memory
     activations_on_cpu: bool = False,
     on_progress: ProgressFn | None = None,
     stage: str = "prune",
@@ -242,7 +244,7 @@ def run_layerwise(
         linears = adapter.linears(layer, tuple(roles))
         collector = _StatsCollector(linears, needs_gram, needs_inputs, store, inputs.n_tokens)
         try:
-            propagate(layer, inputs, device)  # dense outputs are not needed: stats only
+            propagate(layer, inputs, device, keep=False)  # dense outputs are not needed
         finally:
             collector.remove()
         pos = inputs.kwargs[0].get("position_embeddings") if inputs.kwargs else None

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig, RunConfig
+from core.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig, RunConfig, ZeroShotConfig
 from core.errors import ConfigError, StoreError
 from core.perplexity import evaluate_perplexity
 from core.progress import ProgressFn, report
@@ -46,11 +46,12 @@ def forward_latency_ms(model: nn.Module, seqlen: int, device, repeats: int = 5) 
 
 
 def plan_slice(
-    model: ModelSpec, prune: PruneConfig, calib: CalibConfig, eval_cfg: EvalConfig
-) -> RunConfig:
+    model: ModelSpec, prune: PruneConfig, calib: CalibConfig, eval_cfg: EvalConfig,
+    zeroshot: ZeroShotConfig | None = None,
+) -> RunConfig:  # fmt: skip
     from core.pipeline import plan_prune
 
-    cfg = plan_prune(model, prune, calib, eval_cfg)
+    cfg = plan_prune(model, prune, calib, eval_cfg, zeroshot)
     if prune.pattern != "unstructured":
         raise ConfigError("slicegpt slices whole dimensions: use pattern 'unstructured'")
     return dataclasses.replace(cfg, kind="slice")
@@ -59,23 +60,26 @@ def plan_slice(
 def run_slice(
     model: ModelSpec, prune: PruneConfig, calib: CalibConfig, eval_cfg: EvalConfig,
     store: RunStore, on_progress: ProgressFn | None = None, force: bool = False,
-    save_dir: str | None = None,
+    save_dir: str | None = None, zeroshot: ZeroShotConfig | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Slice with SliceGPT, evaluate against the dense model, store as a 'slice' run."""
+    """Slice with SliceGPT, evaluate against the dense model (perplexity, and zero-shot
+    accuracy when asked), store as a 'slice' run."""
     from core.methods.slicegpt import save_sliced
     from core.pipeline import (
         EFFDIM_WINDOWS,
         cached_result,
+        dense_zeroshot,
         get_calib_windows,
         get_eval_windows,
         memory_report,
         prepare_run,
-        reset_peak_rss,
+        pruned_zeroshot,
         residual_effdim,
+        start_phase,
         tee,
     )
 
-    cfg = plan_slice(model, prune, calib, eval_cfg)
+    cfg = plan_slice(model, prune, calib, eval_cfg, zeroshot)
     cached = cached_result(store, cfg, force) if save_dir is None else None
     if cached is not None:
         return cached
@@ -83,11 +87,12 @@ def run_slice(
     with store.begin(cfg, force) as writer:
         progress = tee(writer.progress, on_progress)
         lm, method, dense, loaded_rss = prepare_run(cfg, store, writer, progress)
+        dense_zs = dense_zeroshot(cfg, store, lm, progress)
         windows, data_info = get_eval_windows(lm, eval_cfg)
         calib_ids, calib_info = get_calib_windows(lm, calib)
         latency_dense = forward_latency_ms(lm.model, eval_cfg.seqlen, device)
 
-        reset_peak_rss()
+        start_phase()
         t0 = time.perf_counter()
         rep = method.slice(lm.model, calib_ids, cfg.prune.sparsity, device, progress)
         slice_seconds = time.perf_counter() - t0
@@ -111,6 +116,7 @@ def run_slice(
             **memory, "data": data_info, "calib": calib_info,
             "model": {**lm.adapter.describe(), "hidden_size_sliced": rep.d_sliced},
         }  # fmt: skip
+        metrics.update(pruned_zeroshot(cfg, lm, dense_zs, writer, progress))
         if save_dir:
             save_sliced(lm.model, save_dir)
             lm.tokenizer.save_pretrained(save_dir)
@@ -122,8 +128,11 @@ def run_slice(
 def run_sweep(
     model: ModelSpec, sparsities: tuple[float, ...], calib: CalibConfig, eval_cfg: EvalConfig,
     store: RunStore, options: tuple = (), on_progress: ProgressFn | None = None, force: bool = False,
+    zeroshot: ZeroShotConfig | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """SliceGPT at every s of the grid (each a stored 'slice' run) and Paper A's relation."""
+    """SliceGPT at every s of the grid (each a stored 'slice' run) and Paper A's relations:
+    (A1) for perplexity always, (A2) for accuracy per task and averaged when ``zeroshot``."""
+    from core.config import zeroshot_dict
     from core.pipeline import cached_result, resolve_model_spec, tee
     from core.repdim import predicted_ppl, relation_fit
 
@@ -131,10 +140,12 @@ def run_sweep(
     if not grid:
         raise ConfigError("the sweep needs at least one sparsity")
     base = PruneConfig("slicegpt", 0.0, options=options)
-    cfg = RunConfig("sweep", resolve_model_spec(model), eval_cfg, calib, base,
-                    extra=(("sparsities", grid),))  # fmt: skip
+    extra = (("sparsities", grid),)
+    if zeroshot is not None:
+        extra += (("zeroshot", zeroshot_dict(zeroshot)),)
+    cfg = RunConfig("sweep", resolve_model_spec(model), eval_cfg, calib, base, extra=extra)
     for s in grid:  # validate every point before any work
-        plan_slice(model, dataclasses.replace(base, sparsity=s), calib, eval_cfg)
+        plan_slice(model, dataclasses.replace(base, sparsity=s), calib, eval_cfg, zeroshot)
     cached = cached_result(store, cfg, force)
     if cached is not None:
         return cached
@@ -145,7 +156,7 @@ def run_sweep(
         for i, s in enumerate(grid):
             report(progress, "sweep", i, len(grid), f"s = {s:g}")
             res = run_slice(model, dataclasses.replace(base, sparsity=s), calib, eval_cfg, store,
-                            progress, force)  # fmt: skip
+                            progress, force, zeroshot=zeroshot)  # fmt: skip
             points.append((s, res))
         report(progress, "sweep", len(grid), len(grid))
         ppl0 = points[0][1]["metrics"]["dense_ppl"]
@@ -169,8 +180,49 @@ def run_sweep(
         metrics = {"ppl0": ppl0, "d": d, "a": fit["a"], "b": fit["b"], "r2": fit["r2"],
                    "n_points": len(rows), "params_dense": points[0][1]["metrics"]["n_params_dense"],
                    "data": points[0][1]["metrics"]["data"]}  # fmt: skip
+        if zeroshot is not None:
+            acc_rows, fit_rows = accuracy_tables(store, points, d, zeroshot.tasks)
+            writer.write_table("accuracy", acc_rows)
+            writer.write_table("accuracy_fit", fit_rows)
+            mean = next(r for r in fit_rows if r["task"] == "mean")
+            metrics.update({f"acc_fit_{k}": mean[k] for k in
+                            ("kappa", "intercept", "r2", "held", "kappa_chance", "r2_chance",
+                             "held_chance")})  # fmt: skip
         writer.commit(metrics)
     return {"run_id": cfg.run_id, "config": cfg.to_dict(), "metrics": metrics, "cached": False}
+
+
+def accuracy_tables(
+    store: RunStore, points: list[tuple[float, dict[str, Any]]], d: int, tasks: tuple[str, ...]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Accuracy per (s, task) with the dense point first, and the (A2) fits per task and for
+    the mean over tasks (core.repdim.accuracy_relation)."""
+    from core.repdim import accuracy_relation
+
+    pruned = [(s, res["metrics"]) for s, res in points if s > 0]
+    first = points[0][1]["metrics"]
+    dense = store.load(first["dense_zeroshot_run"]).metrics["zeroshot"]
+    series = [(0.0, d, dense)] + [(s, m["d_sliced"], m["zeroshot"]) for s, m in pruned]
+    acc_rows = []
+    for s, d_prime, zs in series:
+        for name in tasks:
+            t = zs["tasks"][name]
+            acc_rows.append({"s": s, "d_prime": d_prime, "task": name, "label": t["label"],
+                             "acc": t["acc"], "acc_stderr": t["acc_stderr"],
+                             "acc_norm": t.get("acc_norm"), "n": t["n"], "chance": t["chance"]})  # fmt: skip
+    fit_rows = []
+    for name in [*tasks, "mean"]:
+        if name == "mean":
+            accs = [zs["mean_acc"] for _, _, zs in series]
+            chance = sum(dense["tasks"][t]["chance"] for t in tasks) / len(tasks)
+            label = "mean of tasks"
+        else:
+            accs = [zs["tasks"][name]["acc"] for _, _, zs in series]
+            chance, label = dense["tasks"][name]["chance"], dense["tasks"][name]["label"]
+        fit = accuracy_relation([s for s, _, _ in series[1:]], accs[1:], accs[0], chance)
+        fit.pop("rows")
+        fit_rows.append({"task": name, "label": label, **fit})
+    return acc_rows, fit_rows
 
 
 def effdim_report(

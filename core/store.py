@@ -271,6 +271,8 @@ class RunStore:
         d = config.to_dict()
         prune = d.get("prune") or {}
         data = ((d.get("eval") or {}).get("data") or {}).get("dataset")
+        if config.kind == "zeroshot":  # its eval field is unused: show the tasks instead
+            data = "tasks: " + ",".join((d["extra"].get("zeroshot") or {}).get("tasks") or [])
         self._query(
             "INSERT OR REPLACE INTO runs (id, kind, status, created, model, method, sparsity, pattern,"
             " dataset, summary, config, pid, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",

@@ -28,6 +28,7 @@ STAGES = {
     "effdim": "measuring the effective dimension",
     "sweep": "slicing at each s",
     "slice": "slicing the model",
+    "zeroshot": "zero-shot tasks (lm-eval scoring)",
 }
 
 
@@ -61,8 +62,25 @@ def device_info() -> dict[str, Any]:
     return describe_device(resolve_device("auto"))
 
 
+def accuracy_columns(records: list[RunRecord]) -> tuple[list[str], dict[str, dict[str, float]]]:
+    """Zero-shot columns present in any run (mean_acc, acc_<task>), and for runs whose
+    accuracy lives in a separate zeroshot run (``zeroshot --run ID``), that run's values."""
+    cols: dict[str, None] = {}
+    joined: dict[str, dict[str, float]] = {}
+    for r in records:
+        accs = {k: v for k, v in r.summary.items()
+                if k == "mean_acc" or (k.startswith("acc_") and not k.startswith("acc_fit"))}  # fmt: skip
+        cols.update(dict.fromkeys(sorted(accs, key=lambda k: (k != "mean_acc", k))))
+        src = r.summary.get("source_run")
+        if r.kind == "zeroshot" and r.status == "done" and src:
+            joined.setdefault(src, accs)
+    return list(cols), joined
+
+
 def runs_frame(records: list[RunRecord]) -> pd.DataFrame:
-    """One row per run: index columns plus headline metrics from its summary."""
+    """One row per run: index columns plus headline metrics from its summary, and zero-shot
+    accuracy columns when any run has them."""
+    acc_cols, joined = accuracy_columns(records)
     rows = []
     for r in records:
         row = {
@@ -77,6 +95,10 @@ def runs_frame(records: list[RunRecord]) -> pd.DataFrame:
             "dataset": r.dataset,
         }
         row.update({k: r.summary.get(k) for k in SUMMARY_COLUMNS})
+        accs = {k: r.summary.get(k) for k in acc_cols}
+        if all(v is None for v in accs.values()):
+            accs = {k: joined.get(r.id, {}).get(k) for k in acc_cols}
+        row.update(accs)
         row.update(id=r.id, error=r.error)
         rows.append(row)
     columns = [
@@ -90,6 +112,7 @@ def runs_frame(records: list[RunRecord]) -> pd.DataFrame:
         "targets",
         "dataset",
         *SUMMARY_COLUMNS,
+        *acc_cols,
         "id",
         "error",
     ]

@@ -15,6 +15,7 @@ from core.errors import ConfigError, PruneScopeError, StoreError
 from core.methods import available_methods
 from core.models import available_models
 from core.store import Run
+from core.zeroshot import TASK_NAMES
 from pages.common import (
     cli_hint,
     current_job,
@@ -132,6 +133,15 @@ def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
             st.caption(
                 f"Local data folder: `{default_data_dir() or 'none found (pydoc works offline)'}`"
             )
+            z1, z2 = st.columns([3, 1])
+            tasks = z1.multiselect(
+                "Zero-shot tasks (accuracy beside perplexity; none: perplexity only)",
+                list(TASK_NAMES),
+                key="tasks",
+                help="scored as lm-evaluation-harness scores them, on the dense and the pruned "
+                "model; files from the local data folder's tasks/, else the Hugging Face Hub",
+            )
+            limit = z2.number_input("Items per task", 1, 100_000, 100, key="limit")
         with st.expander("Method options and output"):
             options = st.text_area(
                 "Method options (KEY=VALUE per line)",
@@ -162,6 +172,8 @@ def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
         "option": parse_option_lines(options),
         "force": force,
     }
+    if tasks:
+        params.update(tasks=",".join(tasks), limit=int(limit))
     return params, save
 
 
@@ -230,6 +242,38 @@ def downloads(run: Run, table: pd.DataFrame, name: str) -> None:
         d2.caption(f"Saved at `{saved}` (reload with {loader}).")
 
 
+def show_accuracy(run: Run) -> None:
+    """Zero-shot accuracy per task, pruned beside dense."""
+    pruned = run.table("zeroshot")
+    dense_id = run.metrics.get("dense_zeroshot_run")
+    try:
+        dense = store.load(dense_id).table("zeroshot") if dense_id else None
+    except StoreError:
+        dense = None
+    cols = [c for c in ("label", "n", "acc", "acc_stderr", "acc_norm") if c in pruned]
+    table = pruned[cols].copy()
+    if dense is not None:
+        table["dense acc"] = table["label"].map(
+            dict(zip(dense["label"], dense["acc"], strict=True))
+        )
+    st.markdown(
+        f"**Zero-shot accuracy** (mean {run.metrics.get('mean_acc', float('nan')):.3f}, dense "
+        f"{run.metrics.get('dense_mean_acc', float('nan')):.3f})"
+    )
+    notes = [n for n in pruned.get("note", []) if isinstance(n, str) and n]
+    for note in notes:
+        st.caption(note)
+    st.dataframe(
+        table,
+        hide_index=True,
+        key="zeroshot_table",
+        column_config={
+            c: st.column_config.NumberColumn(c, format="%.3f")
+            for c in ("acc", "acc_stderr", "acc_norm", "dense acc")
+        },
+    )
+
+
 def show_result(run_id: str) -> None:
     try:
         run = store.load(run_id)
@@ -247,6 +291,8 @@ def show_result(run_id: str) -> None:
         downloads(run, run.table("boundaries"), "boundary")
     else:
         cli_hint("This run has no per-layer table.", "python -m core prune ... --store <store>")
+    if "zeroshot" in tables:
+        show_accuracy(run)
     if "effdim" in tables:
         with st.expander("Effective dimension of the residual stream, per layer"):
             st.plotly_chart(figures.effdim_layers(run.table("effdim")), key="effdim_layers")

@@ -167,6 +167,47 @@ def show_sweep(run: Run) -> None:
         },
         key="sweep_table",
     )
+    if "accuracy" in run.tables():
+        show_accuracy(run)
+    else:
+        st.caption("No zero-shot accuracy in this sweep: start one with tasks (e.g. `--tasks "
+                   "all --limit 200`) to see Paper A's accuracy relation beside perplexity.")  # fmt: skip
+
+
+FIT_COLUMNS = ["label", "kappa", "intercept", "r2", "held", "kappa_chance", "r2_chance",
+               "held_chance"]  # fmt: skip
+
+
+def show_accuracy(run: Run) -> None:
+    """Accuracy per task against d′ and the fits of ln(acc/acc₀) ∝ (1 − s)."""
+    acc = run.table("accuracy")
+    fits = run.table("accuracy_fit") if "accuracy_fit" in run.tables() else None
+    st.subheader("Zero-shot accuracy against d′")
+    st.caption(
+        "Paper A also states ln(acc/acc₀) ∝ (1 − s). With acc₀ the dense accuracy a line "
+        "through the origin is impossible (at s = 0 both sides differ), so two readings are "
+        "fitted: ln(acc/acc_dense) = κ(1 − s) + c, and ln(acc/chance) = κ′(1 − s) through the "
+        "origin. 'held' means R² ≥ 0.9 with κ > 0. Error bars: one standard error."
+    )
+    n = int(acc["n"].max()) if "n" in acc else None
+    if n is not None and n < 500:
+        st.info(f"{n} items per task: one standard error is about "
+                f"{acc['acc_stderr'].mean():.3f}, so small accuracy changes are noise.")  # fmt: skip
+    st.plotly_chart(figures.accuracy_vs_dprime(acc, fits), key="acc_dprime")
+    if fits is not None:
+        st.dataframe(
+            fits[[c for c in FIT_COLUMNS if c in fits]],
+            hide_index=True,
+            column_config={
+                "label": "task",
+                "kappa": st.column_config.NumberColumn("κ", format="%.3f"),
+                "intercept": st.column_config.NumberColumn("c", format="%.3f"),
+                "r2": st.column_config.NumberColumn("R²", format="%.3f"),
+                "kappa_chance": st.column_config.NumberColumn("κ′ (chance)", format="%.3f"),
+                "r2_chance": st.column_config.NumberColumn("R² (chance)", format="%.3f"),
+            },
+            key="acc_fit_table",
+        )
 
 
 # ---- effective dimension across methods --------------------------------------------------------------

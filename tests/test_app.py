@@ -487,3 +487,70 @@ def test_unwritable_store_is_one_error(tmp_path, monkeypatch) -> None:
     at.run()
     assert not at.exception
     assert len(at.error) == 1 and "not writable" in at.error[0].value
+
+
+# ---- zero-shot accuracy ------------------------------------------------------------------------
+def fake_accuracy_sweep(store: RunStore) -> str:
+    """A sweep with accuracy and (A2) fit tables, as core.slicing.run_sweep writes them."""
+    cfg = RunConfig("sweep", TINY, extra=(("grid", (0.25, 0.5)), ("zeroshot", {"tasks": ["piqa"]})))
+    d, ppl0 = 64, 20.0
+    sweep = [{"s": s, "s_eff": s, "d_prime": int(d * (1 - s)), "ppl": ppl0 ** (1 / (1 - s)),
+              "predicted_ppl": ppl0 ** (1 / (1 - s)), "rel_error": 0.0} for s in (0.25, 0.5)]  # fmt: skip
+    acc = [{"s": s, "d_prime": int(d * (1 - s)), "task": "piqa", "label": "PIQA", "acc": a,
+            "acc_stderr": 0.03, "acc_norm": a, "n": 200, "chance": 0.5}
+           for s, a in ((0.0, 0.66), (0.25, 0.6), (0.5, 0.55))]  # fmt: skip
+    fit = [{"task": t, "label": lab, "kappa": 0.36, "intercept": -0.36, "r2": 0.99, "held": True,
+            "kappa_chance": 0.2, "r2_chance": 0.5, "held_chance": False}
+           for t, lab in (("piqa", "PIQA"), ("mean", "mean of tasks"))]  # fmt: skip
+    with store.begin(cfg) as w:
+        w.write_table("sweep", sweep)
+        w.write_table("accuracy", acc)
+        w.write_table("accuracy_fit", fit)
+        w.commit({"ppl0": ppl0, "d": d, "a": 1.0, "b": 0.0, "r2": 1.0, "acc_fit_r2": 0.99})
+    return cfg.run_id
+
+
+def test_repdim_page_shows_accuracy_against_dprime(store) -> None:
+    fake_accuracy_sweep(store)
+    at = open_page("repdim")
+    assert not at.error, texts(at.error)
+    assert "Zero-shot accuracy against d′" in texts(at.subheader)
+    fits = [df.value for df in at.dataframe if "kappa" in df.value.columns]
+    assert fits and list(fits[0]["label"]) == ["PIQA", "mean of tasks"]
+    assert "200 items per task" in texts(at.info)
+
+
+def test_runs_page_has_accuracy_columns_joined_from_zeroshot_runs(store) -> None:
+    pruned = fake_prune(store, "wanda", 0.5)
+    zs = RunConfig(
+        "zeroshot", TINY, extra=(("source_run", pruned), ("zeroshot", {"tasks": ["piqa"]}))
+    )
+    with store.begin(zs) as w:
+        w.commit({"source_run": pruned, "mean_acc": 0.61, "acc_piqa": 0.61})
+    table = open_page("runs").dataframe[0].value
+    assert {"mean_acc", "acc_piqa"} <= set(table.columns)
+    row = table[table["id"] == pruned].iloc[0]
+    assert row["mean_acc"] == pytest.approx(0.61) and row["acc_piqa"] == pytest.approx(0.61)
+    assert (table[table["id"] == zs.run_id]["dataset"] == "tasks: piqa").all()
+
+
+def test_prune_page_shows_accuracy_beside_dense(store) -> None:
+    dense = RunConfig(
+        "zeroshot", TINY, extra=(("source_run", None), ("zeroshot", {"tasks": ["piqa"]}))
+    )
+    with store.begin(dense) as w:
+        w.write_table("zeroshot", [{"task": "piqa", "label": "PIQA", "n": 50, "acc": 0.7,
+                                    "acc_stderr": 0.06, "acc_norm": 0.7, "note": ""}])  # fmt: skip
+        w.commit({"mean_acc": 0.7, "acc_piqa": 0.7})
+    cfg = RunConfig("prune", TINY, EvalConfig(DataSpec("pydoc"), 64, 4),
+                    CalibConfig(DataSpec("pydoc", "train"), 4, 64), PruneConfig("wanda", 0.5))  # fmt: skip
+    with store.begin(cfg) as w:
+        w.write_table("zeroshot", [{"task": "piqa", "label": "PIQA", "n": 50, "acc": 0.6,
+                                    "acc_stderr": 0.07, "acc_norm": 0.62, "note": ""}])  # fmt: skip
+        w.commit({"dense_ppl": 250.0, "ppl": 260.0, "achieved_sparsity": 0.5, "mean_acc": 0.6,
+                  "acc_piqa": 0.6, "dense_mean_acc": 0.7, "dense_zeroshot_run": dense.run_id})  # fmt: skip
+    at = open_page("prune")
+    assert not at.error, texts(at.error)
+    assert "Zero-shot accuracy" in texts(at.markdown)
+    table = next(df.value for df in at.dataframe if "dense acc" in df.value.columns)
+    assert table.iloc[0]["acc"] == pytest.approx(0.6) and table.iloc[0]["dense acc"] == 0.7

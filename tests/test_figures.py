@@ -288,3 +288,19 @@ def test_effdim_layers_and_dimension_key_names() -> None:
     )
     fig = figures.effdim_layers(effdim)
     assert [t.name for t in fig.data] == ["pca99", "erank", "width"]
+
+
+def test_accuracy_vs_dprime_one_line_per_task_and_fit_curves() -> None:
+    acc = pd.DataFrame({"s": [0.0, 0.25, 0.0, 0.25], "d_prime": [64, 48, 64, 48],
+                        "task": ["piqa", "piqa", "boolq", "boolq"],
+                        "label": ["PIQA", "PIQA", "BoolQ", "BoolQ"],
+                        "acc": [0.7, 0.6, 0.6, 0.62], "acc_stderr": [0.03] * 4})  # fmt: skip
+    fits = pd.DataFrame({"task": ["piqa", "boolq", "mean"], "kappa": [0.6, np.nan, 0.1],
+                         "intercept": [-0.6, np.nan, -0.1]})  # fmt: skip
+    fig = figures.accuracy_vs_dprime(acc, fits)
+    named = [t.name for t in fig.data if t.showlegend is not False]
+    assert named == ["PIQA", "BoolQ"]
+    curves = [t for t in fig.data if t.showlegend is False]
+    assert len(curves) == 1  # boolq's fit is NaN: no curve
+    assert curves[0].y[-1] == pytest.approx(0.7)  # the fitted curve passes acc_dense at d′ = d
+    assert figures.accuracy_vs_dprime(acc.iloc[:0]).layout.annotations

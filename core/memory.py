@@ -1,0 +1,120 @@
+"""Process memory: what a pruning phase may use, what it did use, and keeping the two close.
+
+The budget of a pruning phase is the process once the model is loaded *with its weights
+resident* (interpreter, libraries, tokenizer, weight bytes) plus the calibration activations
+(inputs and outputs of one decoder layer) plus the analysis buffers a run keeps on purpose
+(the attention probes' layer inputs and dense W_Q/W_K). The peak is read from the kernel's
+high-water mark (VmHWM), restarted just before the phase.
+
+Two glibc details decide whether the peak stays near that budget on CPU:
+
+- Safetensors weights are memory-mapped: they count towards RSS only once touched, so the
+  loaded-model baseline is taken after ``touch_weights``.
+- glibc serves large blocks from the heap once its dynamic mmap threshold has grown, and
+  freed heap memory fragments: RSS then creeps up layer after layer. ``limit_heap_growth``
+  fixes the threshold at 1 MiB (every activation-sized tensor gets its own mapping and is
+  returned on free) and ``release_freed`` hands back what tokenisation and set-up freed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import logging
+import sys
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+_M_MMAP_THRESHOLD = -3  # glibc mallopt parameter numbers (malloc.h)
+_MMAP_THRESHOLD_BYTES = 1 << 20
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        lib.mallopt, lib.malloc_trim  # noqa: B018  (glibc only: musl lacks malloc_trim)
+        return lib
+    except (OSError, AttributeError):
+        return None
+
+
+def limit_heap_growth() -> bool:
+    """Fix glibc's mmap threshold at 1 MiB for this process; True when applied."""
+    lib = _libc()
+    return bool(lib and lib.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES))
+
+
+def release_freed() -> None:
+    """Collect garbage and return freed heap pages to the OS (glibc malloc_trim)."""
+    gc.collect()
+    lib = _libc()
+    if lib is not None:
+        lib.malloc_trim(0)
+
+
+@torch.no_grad()
+def touch_weights(model: nn.Module) -> None:
+    """Read one value per 4 KiB page of every CPU parameter, so memory-mapped weights are
+    resident and counted in RSS before a baseline is taken."""
+    for p in model.parameters():
+        if p.device.type == "cpu" and p.numel():
+            flat = p.detach().reshape(-1)
+            flat[:: max(1, 4096 // p.element_size())].sum()
+
+
+def proc_status_mb(field: str) -> float | None:
+    """A memory field of /proc/self/status (VmRSS, VmHWM, RssAnon ...) in MiB; None off Linux."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_rss() -> None:
+    """Restart the peak-RSS high-water mark (Linux), to measure one phase's peak."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size since start or the last ``reset_peak_rss``."""
+    hwm = proc_status_mb("VmHWM")
+    if hwm is not None:
+        return hwm
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def tensor_mb(*tensors: torch.Tensor | None) -> float:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None) / 2**20
+
+
+def weight_mb(model: nn.Module) -> float:
+    return tensor_mb(*model.parameters())
+
+
+def phase_report(
+    peak_mb: float, loaded_mb: float | None, weights_mb: float, calib_mb: float,
+    analysis_mb: float = 0.0,
+) -> dict[str, float]:  # fmt: skip
+    """The pruning phase's peak beside its budget; ``over_budget_mb`` is the margin used."""
+    budget = (loaded_mb or 0.0) + calib_mb + analysis_mb
+    return {"prune_peak_rss_mb": peak_mb, "loaded_rss_mb": loaded_mb or 0.0,
+            "weight_mb": weights_mb, "calib_buffers_mb": calib_mb,
+            "analysis_buffers_mb": analysis_mb, "memory_budget_mb": budget,
+            "over_budget_mb": peak_mb - budget}  # fmt: skip
