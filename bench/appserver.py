@@ -120,10 +120,28 @@ def open_page(page, url: str, name: str, timeout_ms: int = 60_000) -> float:
     return time.perf_counter() - t0
 
 
-def choose(page, label: str, option: str) -> None:
-    """Pick ``option`` in the Streamlit selectbox labelled ``label`` (an ARIA combobox)."""
-    page.get_by_role("combobox", name=label, exact=True).click()
-    page.get_by_role("option", name=option, exact=True).click()
+def choose(page, label: str, option: str, tries: int = 3) -> None:
+    """Pick ``option`` in the Streamlit selectbox labelled ``label`` (an ARIA combobox).
+
+    A rerun or an expander still opening can close the dropdown between the click that
+    opens it and the click on the option, so the list is reopened a few times before
+    giving up.
+    """
+    box = page.get_by_role("combobox", name=label, exact=True)
+    item = page.get_by_role("option", name=option, exact=True)
+    for attempt in range(tries):
+        wait_idle(page)
+        box.click()
+        try:
+            item.wait_for(timeout=5_000)
+        except Exception:
+            if attempt == tries - 1:
+                raise
+            page.keyboard.press("Escape")
+            continue
+        item.click()
+        wait_idle(page)
+        return
 
 
 def fit_viewport(page, width: int = 1500, max_height: int = 4000) -> None:

@@ -18,38 +18,25 @@ def _parse_grid(text: str) -> tuple[float, ...]:
 
 
 def cmd_slice(args, progress) -> dict[str, Any]:
-    from core.cli import (
-        calib_config,
-        eval_config,
-        model_spec,
-        open_store,
-        parse_options,
-        zeroshot_config,
-    )
+    from core import cli
     from core.config import PruneConfig
     from core.slicing import run_slice
 
-    prune = PruneConfig("slicegpt", args.sparsity, options=parse_options(args.option))
-    return run_slice(model_spec(args), prune, calib_config(args, 42), eval_config(args),
-                     open_store(args), progress, args.force, args.save, zeroshot_config(args))  # fmt: skip
+    prune = PruneConfig("slicegpt", args.sparsity, options=cli.parse_options(args.option))
+    return run_slice(cli.model_spec(args), prune, cli.calib_config(args, 42), cli.eval_config(args),
+                     cli.open_store(args), progress, args.force, args.save,
+                     cli.zeroshot_config(args))  # fmt: skip
 
 
 def cmd_sweep(args, progress) -> dict[str, Any]:
-    from core.cli import (
-        calib_config,
-        eval_config,
-        model_spec,
-        open_store,
-        parse_options,
-        zeroshot_config,
-    )
+    from core import cli
     from core.slicing import run_sweep
 
     if args.method != "slicegpt":
         raise ConfigError("sweep --method supports slicegpt (the representation-dimension sweep)")
-    return run_sweep(model_spec(args), _parse_grid(args.sparsities), calib_config(args, 42),
-                     eval_config(args), open_store(args), parse_options(args.option), progress,
-                     args.force, zeroshot_config(args))  # fmt: skip
+    return run_sweep(cli.model_spec(args), _parse_grid(args.sparsities), cli.calib_config(args, 42),
+                     cli.eval_config(args), cli.open_store(args), cli.parse_options(args.option),
+                     progress, args.force, cli.zeroshot_config(args))  # fmt: skip
 
 
 def cmd_effdim(args, progress) -> dict[str, Any]:

@@ -149,10 +149,7 @@ def run_eval(
 ) -> dict[str, Any]:  # fmt: skip
     """Dense perplexity of a model; reuses a finished run with the same config unless forced."""
     cfg = RunConfig("eval", resolve_model_spec(model), eval_cfg)
-    if not force and store.running_elsewhere(cfg.run_id):  # wait for it, then reuse it
-        report(on_progress, "load", 0, 1, "waiting for a job computing the same dense baseline")
-        store.wait_while_running(cfg.run_id)
-    cached = cached_result(store, cfg, force)
+    cached = stored_or_wait(store, cfg, force, on_progress, "the same dense baseline")
     if cached is not None:
         return cached
     with store.begin(cfg, force) as writer:
@@ -188,6 +185,17 @@ def cached_result(store: RunStore, cfg: RunConfig, force: bool) -> dict[str, Any
         "metrics": store.load(rec.id).metrics,
         "cached": True,
     }
+
+
+def stored_or_wait(
+    store: RunStore, cfg: RunConfig, force: bool, on_progress: ProgressFn | None, what: str
+) -> dict[str, Any] | None:
+    """The stored result of ``cfg``; when another process is computing it (a baseline that
+    several jobs share), wait for that process first instead of failing or repeating it."""
+    if not force and store.running_elsewhere(cfg.run_id):
+        report(on_progress, "load", 0, 1, f"waiting for a job computing {what}")
+        store.wait_while_running(cfg.run_id)
+    return cached_result(store, cfg, force)
 
 
 def tee(*fns: ProgressFn | None) -> ProgressFn:
@@ -525,10 +533,7 @@ def run_zeroshot(
     from core.zeroshot import evaluate_zeroshot
 
     cfg, src = plan_zeroshot(model, zs, store, source_run)
-    if not force and store.running_elsewhere(cfg.run_id):
-        report(on_progress, "load", 0, 1, "waiting for a job computing the same accuracy")
-        store.wait_while_running(cfg.run_id)
-    cached = cached_result(store, cfg, force)
+    cached = stored_or_wait(store, cfg, force, on_progress, "the same accuracy")
     if cached is not None:
         return cached
     with store.begin(cfg, force) as writer:

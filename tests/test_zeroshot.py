@@ -300,3 +300,16 @@ def test_cli_zeroshot_and_bad_input(capsys, store_root, task_dir):
     assert "missing valid.jsonl, valid-labels.lst" in capsys.readouterr().err
     assert main(["zeroshot", "--run", "feedbeef", "--quiet"]) == 2
     assert "no run 'feedbeef'" in capsys.readouterr().err
+
+
+def test_sliced_run_is_rebuilt_for_zeroshot(store, task_dir):
+    from core.pipeline import run_zeroshot
+    from core.slicing import run_slice
+
+    cfg = ZeroShotConfig(("arc_easy",), None, task_dir)
+    res = run_slice(MODEL, PruneConfig("slicegpt", 0.25), CALIB, EVAL, store, zeroshot=cfg)
+    again = run_zeroshot(None, cfg, store, res["run_id"])
+    assert again["metrics"]["model_from"] == "rebuilt"
+    a = store.load(res["run_id"]).table("zeroshot_items")["lls"].tolist()
+    b = store.load(again["run_id"]).table("zeroshot_items")["lls"].tolist()
+    assert a == b
