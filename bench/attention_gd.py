@@ -14,14 +14,12 @@ autograd gradient time on one GQA group, and the empirical Lipschitz / PL consta
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
-from pathlib import Path
 
 import torch
+from protocol import open_store, protocol_parser
 
-ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("attention-gd", "magnitude", "wanda", "sparsegpt")
 
 
@@ -57,32 +55,17 @@ def gradient_timing(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    ap = protocol_parser(__doc__, nsamples=8, seqlen=256, max_windows=32)
     ap.add_argument("--sparsities", type=float, nargs="+", default=[0.3, 0.5, 0.7])
     ap.add_argument("--methods", nargs="+", default=list(METHODS))
-    ap.add_argument("--nsamples", type=int, default=8)
-    ap.add_argument("--seqlen", type=int, default=256)
-    ap.add_argument("--max-windows", type=int, default=32)
     ap.add_argument("--option", action="append", default=[], help="attention-gd option KEY=VALUE")
-    ap.add_argument("--store", default=None)
     args = ap.parse_args()
-
-    import logging
-    import tempfile
-
-    import transformers
 
     from core.cli import parse_options
     from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
     from core.pipeline import get_calib_windows, get_model, resolve_model_spec, run_prune
-    from core.store import RunStore
 
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    logging.basicConfig(level=logging.WARNING)
-    store = RunStore(args.store or tempfile.mkdtemp(prefix="attngd-"))
+    store = open_store(args, "attngd-")
     model = ModelSpec(args.model, "auto", "auto")
     calib = CalibConfig(DataSpec("c4", "train", args.data_dir), args.nsamples, args.seqlen, 0)
     evalc = EvalConfig(DataSpec("c4", "validation", args.data_dir), args.seqlen, args.max_windows)

@@ -13,15 +13,12 @@ attention-probe buffers; core.memory) and the margin used, achieved sparsity.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from protocol import ROOT, protocol_parser, store_path
 
 CONFIGS: list[tuple[str, list[str]]] = [
     ("magnitude 50%", ["--method", "magnitude", "--sparsity", "0.5"]),
@@ -48,17 +45,11 @@ def run_cli(argv: list[str], env: dict[str, str]) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
-    ap.add_argument("--nsamples", type=int, default=32)
-    ap.add_argument("--seqlen", type=int, default=512)
-    ap.add_argument("--max-windows", type=int, default=64)
-    ap.add_argument("--store", default=None, help="results store (default: a temp dir)")
+    ap = protocol_parser(__doc__, nsamples=32, seqlen=512, max_windows=64)
     ap.add_argument("--only", nargs="*", default=None, help="names of configurations to run")
     args = ap.parse_args()
 
-    env = dict(os.environ, PRUNESCOPE_HOME=args.store or tempfile.mkdtemp(prefix="prunebench-"))
+    env = dict(os.environ, PRUNESCOPE_HOME=store_path(args, "prunebench-"))
     common = ["--model", args.model, "--data-dir", args.data_dir, "--seqlen", str(args.seqlen)]
     evalargs = [*common, "--max-windows", str(args.max_windows)]
     dense = run_cli(["eval", *evalargs, "--dataset", "wikitext2"], env)["metrics"]
@@ -86,7 +77,7 @@ def main() -> None:
     print(head)
     print("-" * len(head))
     for r in rows:
-        cells = "".join(f"{r[c]:>{w}{f}}" if c in r else f"{'-':>{w}}" for c, w, f in cols)
+        cells = "".join(f"{format(r[c], f) if c in r else '-':>{w}}" for c, w, f in cols)
         print(f"{r['name']:<20}{cells}")
     last = rows[-1]
     if "memory_budget_mb" in last:

@@ -13,38 +13,20 @@ perplexity the relation predicts from it.
 
 from __future__ import annotations
 
-import argparse
-import tempfile
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from protocol import open_store, protocol_parser
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    ap = protocol_parser(__doc__, nsamples=32, seqlen=512, max_windows=64)
     ap.add_argument("--sparsities", default="0,0.1,0.2,0.3,0.4,0.5,0.6")
     ap.add_argument("--others", default="0.3,0.5,0.7", help="Wanda/SparseGPT sparsities")
-    ap.add_argument("--nsamples", type=int, default=32)
-    ap.add_argument("--seqlen", type=int, default=512)
-    ap.add_argument("--max-windows", type=int, default=64)
-    ap.add_argument("--store", default=None)
     args = ap.parse_args()
-
-    import logging
-
-    import transformers
 
     from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
     from core.pipeline import run_prune
     from core.slicing import effdim_report, run_sweep
-    from core.store import RunStore
 
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    logging.basicConfig(level=logging.WARNING)
-    store = RunStore(args.store or tempfile.mkdtemp(prefix="repdim-"))
+    store = open_store(args, "repdim-")
     model = ModelSpec(args.model)
     evalc = EvalConfig(DataSpec("wikitext2", "test", args.data_dir), args.seqlen, args.max_windows)
     wiki = CalibConfig(

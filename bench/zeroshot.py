@@ -12,41 +12,25 @@ acc_norm per task and s, then the fits per task and for the mean over tasks.
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from protocol import open_store, protocol_parser
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    ap = protocol_parser(__doc__, nsamples=32, seqlen=512, max_windows=64)
     ap.add_argument("--sparsities", default="0.1,0.2,0.3")
     ap.add_argument("--tasks", default="all")
     ap.add_argument("--limit", type=int, default=200)
-    ap.add_argument("--nsamples", type=int, default=32)
-    ap.add_argument("--seqlen", type=int, default=512)
-    ap.add_argument("--max-windows", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=8, help="zero-shot batch size")
-    ap.add_argument("--store", default=None)
     args = ap.parse_args()
-
-    import logging
-
-    import transformers
 
     from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, ZeroShotConfig
     from core.slicing import run_sweep
-    from core.store import RunStore
 
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    logging.basicConfig(level=logging.WARNING)
     data_dir = str(Path(args.data_dir).resolve())
-    store = RunStore(args.store or tempfile.mkdtemp(prefix="zeroshot-"))
+    store = open_store(args, "zeroshot-")
     model = ModelSpec(args.model)
     evalc = EvalConfig(DataSpec("wikitext2", "test", data_dir), args.seqlen, args.max_windows)
     calib = CalibConfig(DataSpec("wikitext2", "train", data_dir), args.nsamples, args.seqlen, 42)

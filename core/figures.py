@@ -64,6 +64,16 @@ def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
     return fig
 
 
+# Line styles of the relations drawn beside the data: the papers' analytic forms, and our fits.
+ANALYTIC = dict(dash="dash", color="gray")
+FIT = dict(dash="dot", color="#FFA15A")
+
+
+def curve(x, y, name: str, style: dict) -> go.Scatter:
+    """A relation drawn as a line (``style``: ANALYTIC or FIT)."""
+    return go.Scatter(x=x, y=y, mode="lines", name=name, line=style)
+
+
 def _level(y: float, x0: float, x1: float, name: str, color: str) -> go.Scatter:
     """A dashed horizontal reference line as a trace (add_hline misplaces labels on log axes)."""
     return go.Scatter(
@@ -227,23 +237,14 @@ def ppl_vs_dprime(
     lo = max(1.0, float(sweep["d_prime"].min()) * 0.95)
     grid = np.linspace(lo, d, 200)
     fig = go.Figure()
-    fig.add_trace(
-        go.Scatter(
-            x=grid,
-            y=analytic_ppl(ppl0, d, grid),
-            mode="lines",
-            name="analytic PPL₀^(d/d′)",
-            line=dict(dash="dash", color="gray"),
-        )
-    )
+    fig.add_trace(curve(grid, analytic_ppl(ppl0, d, grid), "analytic PPL₀^(d/d′)", ANALYTIC))
     if a is not None and b is not None and np.isfinite([a, b]).all():
         fig.add_trace(
-            go.Scatter(
-                x=grid,
-                y=fitted_ppl(ppl0, d, grid, a, b),
-                mode="lines",
-                name=f"fit: ratio = {a:.3f}·d′/d {'+' if b >= 0 else '−'} {abs(b):.3f}",
-                line=dict(dash="dot", color="#FFA15A"),
+            curve(
+                grid,
+                fitted_ppl(ppl0, d, grid, a, b),
+                f"fit: ratio = {a:.3f}·d′/d {'+' if b >= 0 else '−'} {abs(b):.3f}",
+                FIT,
             )
         )
     fig.add_trace(
@@ -321,25 +322,9 @@ def ratio_vs_keep(
     ratio = math.log(ppl0) / np.log(sweep["ppl"].to_numpy(float))
     grid = np.linspace(min(keep.min(), 1.0), 1.0, 50)
     fig = go.Figure()
-    fig.add_trace(
-        go.Scatter(
-            x=grid,
-            y=grid,
-            mode="lines",
-            name="(A1): ratio = 1 − s",
-            line=dict(dash="dash", color="gray"),
-        )
-    )
+    fig.add_trace(curve(grid, grid, "(A1): ratio = 1 − s", ANALYTIC))
     if a is not None and b is not None and np.isfinite([a, b]).all():
-        fig.add_trace(
-            go.Scatter(
-                x=grid,
-                y=a * grid + b,
-                mode="lines",
-                name="fit a(1−s)+b",
-                line=dict(dash="dot", color="#FFA15A"),
-            )
-        )
+        fig.add_trace(curve(grid, a * grid + b, "fit a(1−s)+b", FIT))
     fig.add_trace(
         go.Scatter(
             x=keep,
@@ -373,15 +358,7 @@ def effdim_scatter(
     if ppl0 and d_ref:
         lo = min(float(points[x].min()), d_ref) * 0.9
         grid = np.linspace(lo, max(float(points[x].max()), d_ref) * 1.05, 200)
-        fig.add_trace(
-            go.Scatter(
-                x=grid,
-                y=analytic_ppl(ppl0, d_ref, grid),
-                mode="lines",
-                name="PPL₀^(d_dense/d)",
-                line=dict(dash="dash", color="gray"),
-            )
-        )
+        fig.add_trace(curve(grid, analytic_ppl(ppl0, d_ref, grid), "PPL₀^(d_dense/d)", ANALYTIC))
     for i, (method, g) in enumerate(points.groupby("method", sort=True)):
         g = g.sort_values(x)
         sliced = str(method).startswith("slicegpt")

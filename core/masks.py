@@ -65,6 +65,17 @@ def scope_dim(scope: str) -> int | None:
     return -1 if scope == "row" else None
 
 
+def score_mask(
+    scores: torch.Tensor, sparsity: float, scope: str, nm: tuple[int, int] | None = None
+) -> torch.Tensor:
+    """Prune mask of the lowest ``scores`` (out, in): N:M when ``nm`` is given (``sparsity``
+    is then ignored), else ``sparsity`` per output row or per matrix (``scope``)."""
+    dim = scope_dim(scope)
+    if nm is not None:
+        return nm_prune_mask(scores, *nm)
+    return topk_prune_mask(scores, sparsity, dim)
+
+
 def lowest_k_mask(scores: torch.Tensor, k: int, dim: int | None = -1) -> torch.Tensor:
     """Bool mask of the ``k`` lowest scores along ``dim`` (per slice), or overall if None.
 

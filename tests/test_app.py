@@ -44,16 +44,21 @@ def button(at: AppTest, label: str):
     return next(b for b in at.button if b.label == label)
 
 
-def fake_prune(store: RunStore, method: str, sparsity: float, keep_q: bool = True) -> str:
-    """A finished prune run of tiny-llama with real pruned W_Q/W_K (magnitude masks)."""
-    prune = PruneConfig(method, sparsity, options=(("scope", "row"),))
-    cfg = RunConfig(
+def tiny_prune_config(prune: PruneConfig) -> RunConfig:
+    """A prune run of tiny-llama on pydoc text, small enough for AppTest."""
+    return RunConfig(
         "prune",
         TINY,
         EvalConfig(DataSpec("pydoc"), 64, 4),
         CalibConfig(DataSpec("pydoc", "train"), 4, 64),
         prune,
     )
+
+
+def fake_prune(store: RunStore, method: str, sparsity: float, keep_q: bool = True) -> str:
+    """A finished prune run of tiny-llama with real pruned W_Q/W_K (magnitude masks)."""
+    prune = PruneConfig(method, sparsity, options=(("scope", "row"),))
+    cfg = tiny_prune_config(prune)
     lm = load_model("tiny-llama")
     qk = {}
     for i, layer in enumerate(lm.adapter.layers):
@@ -109,13 +114,7 @@ def fake_dense(store: RunStore) -> str:
 
 def fake_gd(store: RunStore) -> str:
     prune = PruneConfig("attention-gd", 0.5, targets="qk", options=(("lam", 0.001),))
-    cfg = RunConfig(
-        "prune",
-        TINY,
-        EvalConfig(DataSpec("pydoc"), 64, 4),
-        CalibConfig(DataSpec("pydoc", "train"), 4, 64),
-        prune,
-    )
+    cfg = tiny_prune_config(prune)
     steps = np.arange(6)
     traj, heads = [], []
     for layer in range(2):

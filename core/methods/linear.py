@@ -1,6 +1,7 @@
 """Driver for methods that prune each linear of a layer on its own (magnitude, Wanda, SparseGPT).
 
-A subclass only implements ``prune_weight``: a float32 (out, in) matrix plus its input
+A subclass only implements ``prune_weight`` (or, for the score-and-mask methods without a
+weight update, ``ScoreMethod.scores``): a float32 (out, in) matrix plus its input
 statistics in, the pruned matrix and its prune mask out. ``LinearwiseMethod.prune_layer``
 does the rest for every linear the runner hands over: casting, writing the result back in
 place in the weight's own dtype, and measuring what was achieved.
@@ -15,12 +16,13 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from core.masks import check_sparsity, parse_pattern
+from core.masks import check_sparsity, parse_pattern, scope_dim, score_mask
 from core.methods.base import LayerContext, LinearReport, LinearStats, Method
 
 log = logging.getLogger(__name__)
@@ -117,3 +119,33 @@ class LinearwiseMethod(Method):
             seconds=seconds,
             extra=extra,
         )
+
+
+@dataclass(frozen=True)
+class ScopedOptions:
+    """scope: the comparison group of the scores, "row" (per output row) or "matrix"."""
+
+    scope: str = "row"
+
+    def __post_init__(self) -> None:
+        scope_dim(self.scope)  # validates
+
+
+class ScoreMethod(LinearwiseMethod):
+    """Methods that score every weight and zero the lowest, keeping the rest unchanged."""
+
+    options: ScopedOptions
+
+    def scores(self, W: torch.Tensor, stats: LinearStats | None) -> torch.Tensor:
+        """Importance of every weight, (out, in) like W: the lowest are pruned."""
+        raise NotImplementedError
+
+    def prune_weight(
+        self,
+        W: torch.Tensor,
+        stats: LinearStats | None,
+        sparsity: float,
+        nm: tuple[int, int] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+        mask = score_mask(self.scores(W, stats), sparsity, self.options.scope, nm)
+        return W.masked_fill(mask, 0.0), mask, {}

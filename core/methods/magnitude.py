@@ -8,14 +8,13 @@ output row, Wanda's comparison group, so the two differ only in their score.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from core.masks import nm_prune_mask, scope_dim, topk_prune_mask
+from core.masks import score_mask
 from core.methods import register
 from core.methods.base import LinearStats
-from core.methods.linear import LinearwiseMethod
+from core.methods.linear import ScopedOptions, ScoreMethod
 
 
 def magnitude_mask(
@@ -28,38 +27,23 @@ def magnitude_mask(
 
     W: (out, in). With ``nm`` the pattern alone decides and ``sparsity`` is ignored.
     """
-    dim = scope_dim(scope)
-    scores = W.abs()
-    if nm is not None:
-        return nm_prune_mask(scores, *nm)
-    return topk_prune_mask(scores, sparsity, dim)
+    return score_mask(W.abs(), sparsity, scope, nm)
 
 
 @dataclass(frozen=True)
-class MagnitudeOptions:
+class MagnitudeOptions(ScopedOptions):
     """scope: "matrix" (one threshold per weight matrix, as in the reference) or "row"."""
 
     scope: str = "matrix"
 
-    def __post_init__(self) -> None:
-        scope_dim(self.scope)  # validates
-
 
 @register
-class Magnitude(LinearwiseMethod):
+class Magnitude(ScoreMethod):
     """|W| pruning (per matrix or per row). Calibration data only serves the error report."""
 
     name = "magnitude"
     options_cls = MagnitudeOptions
     needs_gram = False  # column norms + a token sample suffice (no O(in²) Gram products)
-    options: MagnitudeOptions
 
-    def prune_weight(
-        self,
-        W: torch.Tensor,
-        stats: LinearStats | None,
-        sparsity: float,
-        nm: tuple[int, int] | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-        mask = magnitude_mask(W, sparsity, self.options.scope, nm)
-        return W.masked_fill(mask, 0.0), mask, {}
+    def scores(self, W: torch.Tensor, stats: LinearStats | None) -> torch.Tensor:
+        return W.abs()

@@ -8,15 +8,14 @@ kept weights are not updated (papers.md §4).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from core.errors import ConfigError
-from core.masks import nm_prune_mask, scope_dim, topk_prune_mask
+from core.masks import score_mask
 from core.methods import register
 from core.methods.base import LinearStats
-from core.methods.linear import LinearwiseMethod
+from core.methods.linear import ScopedOptions, ScoreMethod
 
 
 def wanda_scores(W: torch.Tensor, col_sq_norms: torch.Tensor) -> torch.Tensor:
@@ -40,40 +39,25 @@ def wanda_mask(
 
     W: (out, in). With ``nm`` the pattern alone decides and ``sparsity`` is ignored.
     """
-    dim = scope_dim(scope)
-    scores = wanda_scores(W, col_sq_norms)
-    if nm is not None:
-        return nm_prune_mask(scores, *nm)
-    return topk_prune_mask(scores, sparsity, dim)
+    return score_mask(wanda_scores(W, col_sq_norms), sparsity, scope, nm)
 
 
 @dataclass(frozen=True)
-class WandaOptions:
+class WandaOptions(ScopedOptions):
     """scope: comparison group, "row" (paper default) or "matrix" (the paper's ablation)."""
 
     scope: str = "row"
 
-    def __post_init__(self) -> None:
-        scope_dim(self.scope)  # validates
-
 
 @register
-class Wanda(LinearwiseMethod):
+class Wanda(ScoreMethod):
     """Wanda pruning: |W|·‖X_j‖ scores compared per output row, no weight update."""
 
     name = "wanda"
     options_cls = WandaOptions
     needs_gram = False  # column norms + a token sample suffice (no O(in²) Gram products)
-    options: WandaOptions
 
-    def prune_weight(
-        self,
-        W: torch.Tensor,
-        stats: LinearStats | None,
-        sparsity: float,
-        nm: tuple[int, int] | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    def scores(self, W: torch.Tensor, stats: LinearStats | None) -> torch.Tensor:
         if stats is None:
-            raise ConfigError("wanda needs calibration statistics (the Gram matrix)")
-        mask = wanda_mask(W, stats.col_sq_norms, sparsity, self.options.scope, nm)
-        return W.masked_fill(mask, 0.0), mask, {}
+            raise ConfigError("wanda needs calibration statistics (the input column norms)")
+        return wanda_scores(W, stats.col_sq_norms)
