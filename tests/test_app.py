@@ -320,7 +320,9 @@ def ui_jobs(tmp_path_factory):
         model="other (local folder or Hugging Face id)",
         custom_model="no-org/missing-model-xyz",
     )
-    fill_prune_form(pages["cancel"], windows=400, seqlen=512, nsamples=64)
+    # Sized to run for most of a minute even on an idle machine, so it is still running when
+    # Cancel is clicked (a smaller job could finish first and leave nothing to cancel).
+    fill_prune_form(pages["cancel"], windows=4096, seqlen=512, nsamples=1024, calib_seqlen=512)
     store = RunStore()
     slow = pages["cancel"].session_state["job_id"]
     deadline = time.monotonic() + 90
