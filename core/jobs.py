@@ -468,6 +468,10 @@ def job_status(store: RunStore, job_id: str) -> JobStatus:
         elapsed=(finished_at or now) - job["started"],
     )
     if fresh and main.status != "running":
+        if main.status == "interrupted" and job.get("cancel_requested") is not None:
+            # SIGINT can land before the run's own handler can write 'cancelled' (start-up,
+            # a store write); the store then reconciles the dead process as 'interrupted'.
+            return JobStatus(state="cancelled", error="cancelled by the user", **base)
         return JobStatus(state=main.status, error=main.error, **base)
     if alive:
         state = "running" if job.get("cancel_requested") is None else "cancelling"
