@@ -28,7 +28,6 @@ from core.data import calibration_windows, eval_windows, load_corpus
 from core.device import dtype_name, resolve_device, resolve_dtype
 from core.errors import ConfigError, StoreError
 from core.memory import (
-    limit_heap_growth,
     peak_rss_mb,
     phase_report,
     proc_status_mb,
@@ -281,7 +280,6 @@ def prepare_run(
     that copy before it is changed. Returns (model, method instance, dense result, RSS once
     loaded in MiB)."""
     report(progress, "load", 0, 1, f"loading {cfg.model.name}")
-    limit_heap_growth()  # no heap creep across layers (core.memory)
     lm = get_model(cfg.model, fresh=True)
     touch_weights(lm.model)  # memory-mapped weights resident, so the baseline counts them
     release_freed()
@@ -352,7 +350,7 @@ def run_prune(
     roles = resolve_roles(prune.targets)
     with store.begin(cfg, force) as writer:
         progress = tee(writer.progress, on_progress)
-        lm, _method, dense, loaded_rss = prepare_run(cfg, store, writer, progress, roles)
+        lm, method, dense, loaded_rss = prepare_run(cfg, store, writer, progress, roles)
         dense_zs = dense_zeroshot(cfg, store, lm, progress)
         windows, data_info = get_eval_windows(lm, eval_cfg)
         calib_ids, calib_info = get_calib_windows(lm, calib)
@@ -369,7 +367,8 @@ def run_prune(
         t0 = time.perf_counter()
         result, alloc_rows = apply_prune(lm, prune, calib_ids, device, progress, **kw)
         prune_seconds = time.perf_counter() - t0
-        memory = memory_report(lm, calib_ids, loaded_rss, probe_mb(probes))
+        memory = memory_report(lm, calib_ids, loaded_rss, probe_mb(probes),
+                               runner_widths(lm, method, roles))  # fmt: skip
 
         pruned = evaluate_perplexity(lm.model, windows, eval_cfg.batch_size, device, progress)
         layer_rows = [dataclasses.asdict(r) for r in result.reports]
@@ -429,13 +428,25 @@ def start_phase() -> None:
 
 def memory_report(
     lm: LoadedModel, calib_ids: torch.Tensor, loaded_rss_mb: float | None,
-    analysis_mb: float = 0.0,
+    analysis_mb: float = 0.0, widths: int | None = None,
 ) -> dict[str, float]:  # fmt: skip
     """The pruning phase's peak RSS beside its budget (core.memory): the process once the
-    model is loaded with its weights resident + the calibration activations (inputs and
-    outputs of one layer, float32) + analysis buffers kept on purpose (attention probes)."""
-    act = calib_ids.numel() * lm.adapter.hidden_size * 4 * 2 / 2**20
+    model is loaded with its weights resident + the calibration activations, float32 +
+    analysis buffers kept on purpose (attention probes).
+
+    widths: features per calibration token the phase holds: d for the shared runner, which
+    overwrites one buffer in place, plus the inputs a method keeps (``Method.needs_inputs``);
+    the default 2·d is inputs and outputs of a layer (SliceGPT keeps both)."""
+    widths = 2 * lm.adapter.hidden_size if widths is None else widths
+    act = calib_ids.numel() * widths * 4 / 2**20
     return phase_report(peak_rss_mb(), loaded_rss_mb, weight_mb(lm.model), act, analysis_mb)
+
+
+def runner_widths(lm: LoadedModel, method: Any, roles: tuple[str, ...]) -> int:
+    """Features per calibration token the shared runner holds for ``method`` (memory_report)."""
+    linears = lm.adapter.linears(lm.adapter.layers[0], roles)
+    kept = sum(linears[r].in_features for r in method.needs_inputs if r in linears)
+    return lm.adapter.hidden_size + kept
 
 
 def residual_effdim(

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from core.adapter import SHARED_INPUT, ModelAdapter
+from core.memory import trim_heap
 from core.methods.base import SAMPLE_ROWS, LayerContext, LinearReport, LinearStats, Method
 from core.progress import ProgressFn, report
 
@@ -123,26 +124,26 @@ def forward_layer(layer: nn.Module, hidden: torch.Tensor, kwargs: dict[str, Any]
 
 
 @torch.no_grad()
-def propagate(
-    layer: nn.Module, inputs: LayerInputs, device: torch.device, keep: bool = True
-) -> list[torch.Tensor]:
-    """Run one layer over every calibration batch; returns outputs on the store device.
-    keep=False drops each batch's output at once (a pass run for its hooks only)."""
-    outs = []
+def propagate(layer: nn.Module, inputs: LayerInputs, device: torch.device) -> None:
+    """Run one layer over every calibration batch, overwriting each batch's inputs with its
+    outputs: they are the next layer's inputs. Batch b is read in full before it is
+    overwritten, so one activation buffer suffices and nothing activation-sized is
+    reallocated from layer to layer."""
     for h, kw in zip(inputs.hidden, inputs.kwargs, strict=True):
-        store = h.device
-        out = forward_layer(layer, h.to(device), move(kw, device))
-        if keep:
-            outs.append(out.to(store))
-    return outs
+        h.copy_(forward_layer(layer, h.to(device), move(kw, device)))
 
 
 class _StatsCollector:
-    """Forward hooks that accumulate input statistics (and optionally raw inputs) per role.
+    """Forward pre-hooks that accumulate input statistics (and optionally raw inputs) per role.
 
-    Roles reading the same tensor (q/k/v, gate/up) share one LinearStats: SHARED_INPUT maps
-    them. Full mode: gram (in, in) float32 on the compute device. Light mode: column squared
-    norms (in,) plus every ``stride``-th token row (about SAMPLE_ROWS of them).
+    Statistics need only a linear's input, so they are taken before the linear runs. Roles
+    reading the same tensor (q/k/v, gate/up) share one LinearStats: SHARED_INPUT maps them.
+    Full mode: gram (in, in) float32 on the compute device. Light mode: column squared
+    norms (in,) plus the token rows at every ``stride``-th position (about SAMPLE_ROWS of
+    them), written into a buffer allocated once.
+
+    The collector learns on the first batch which hooked linear reads its input last; from
+    then on that hook raises ``_StopForward`` (``stop_at``), ending the layer call early.
     """
 
     def __init__(
@@ -157,6 +158,10 @@ class _StatsCollector:
         self.raw: dict[str, list[torch.Tensor]] = {r: [] for r in want_inputs if r in linears}
         self.handles = []
         self.stride = max(1, n_tokens // SAMPLE_ROWS)
+        n_sample = -(-n_tokens // self.stride)  # rows at positions 0, stride, 2·stride, ...
+        self.fired: list[nn.Module] = []  # hooked linears in the order they ran (first batch)
+        self.learned = False
+        self.stop_at: nn.Module | None = None
         owners: dict[str, str] = {}
         for role in linears:
             owner = SHARED_INPUT.get(role, role)
@@ -166,16 +171,17 @@ class _StatsCollector:
                 continue  # the owner's hook accumulates for it
             dev, n_in = lin.weight.device, lin.in_features
             stat = (LinearStats(gram=torch.zeros(n_in, n_in, device=dev)) if want_gram else
-                    LinearStats(sq_norms=torch.zeros(n_in, device=dev), sample=torch.zeros(0, n_in, device=dev)))  # fmt: skip
+                    LinearStats(sq_norms=torch.zeros(n_in, device=dev),
+                                sample=torch.zeros(n_sample, n_in, device=dev)))  # fmt: skip
             hook_roles = [r for r, o in owners.items() if o == role]
             for r in hook_roles:
                 self.stats[r] = stat
             self.handles.append(
-                lin.register_forward_hook(self._make_hook(stat, hook_roles, input_store))
+                lin.register_forward_pre_hook(self._make_hook(stat, hook_roles, input_store))
             )
 
     def _make_hook(self, stat: LinearStats, hook_roles: list[str], store: torch.device):
-        def hook(_m: nn.Module, args: tuple, _out: torch.Tensor) -> None:
+        def hook(module: nn.Module, args: tuple) -> None:
             x = args[0]  # (B, L, in)
             flat = x.reshape(-1, x.shape[-1]).float()
             if stat.gram is not None:
@@ -184,17 +190,47 @@ class _StatsCollector:
                 stat.sq_norms += flat.square().sum(0)
                 # rows at global token positions that are multiples of the stride
                 offset = (-stat.n_tokens) % self.stride
-                stat.sample = torch.cat([stat.sample, flat[offset :: self.stride]])
+                rows = flat[offset :: self.stride]
+                start = (stat.n_tokens + offset) // self.stride
+                stat.sample[start : start + rows.shape[0]] = rows
             stat.n_tokens += flat.shape[0]
             for r in hook_roles:
                 if r in self.raw:
                     self.raw[r].append(x.detach().float().to(store))
+            if not self.learned:
+                self.fired.append(module)
+            elif module is self.stop_at:
+                raise _StopForward
 
         return hook
+
+    def batch_done(self) -> None:
+        """After the first full layer call, remember the linear whose input came last (no
+        early stop if a hooked linear ran twice in one call: "last" is then ambiguous)."""
+        if not self.learned:
+            self.learned = True
+            once = len({id(m) for m in self.fired}) == len(self.fired)
+            self.stop_at = self.fired[-1] if self.fired and once else None
 
     def remove(self) -> None:
         for h in self.handles:
             h.remove()
+
+
+@torch.no_grad()
+def collect_statistics(
+    layer: nn.Module, inputs: LayerInputs, device: torch.device, collector: _StatsCollector
+) -> None:
+    """Run one layer over every calibration batch for its hooks only (outputs discarded).
+
+    From the second batch on, the call stops as soon as the last hooked linear has read its
+    input (``_StatsCollector.stop_at``): what follows it (for all seven roles, the down
+    projection's product and the residual add) is not needed.
+    """
+    for h, kw in zip(inputs.hidden, inputs.kwargs, strict=True):
+        with contextlib.suppress(_StopForward):
+            forward_layer(layer, h.to(device), move(kw, device))
+        collector.batch_done()
 
 
 @dataclass
@@ -244,7 +280,7 @@ def run_layerwise(
         linears = adapter.linears(layer, tuple(roles))
         collector = _StatsCollector(linears, needs_gram, needs_inputs, store, inputs.n_tokens)
         try:
-            propagate(layer, inputs, device, keep=False)  # dense outputs are not needed
+            collect_statistics(layer, inputs, device, collector)
         finally:
             collector.remove()
         pos = inputs.kwargs[0].get("position_embeddings") if inputs.kwargs else None
@@ -266,8 +302,9 @@ def run_layerwise(
             result.tables.setdefault(name, []).extend(rows)
         result.arrays.update({k: v.detach().cpu() for k, v in ctx.arrays.items()})
         del collector, ctx
-        inputs.hidden = propagate(layer, inputs, device)  # pruned outputs feed layer i+1
+        propagate(layer, inputs, device)  # pruned outputs feed layer i+1
         layer.to(home)
+        trim_heap()  # hand back this layer's freed working set, so RSS does not creep
         result.layer_seconds.append(time.perf_counter() - t0)
         log.debug("layer %d/%d done in %.2fs", i + 1, n, result.layer_seconds[-1])
         report(on_progress, stage, i + 1, n, f"layer {i + 1}/{n}")

@@ -123,3 +123,50 @@ def test_light_statistics_norms_and_sample(monkeypatch):
     assert torch.allclose(q.col_sq_norms, x.square().sum(0), rtol=1e-5)
     assert torch.allclose(q.sample, x[::4], atol=1e-6)
     assert q.error_tokens == 16
+
+
+def test_every_layer_sees_the_models_own_hidden_states():
+    """Nothing pruned: the Gram of layer i's q input equals that of the model's own normed
+    hidden state i (in-place propagation over uneven batches, 3 + 1 sequences)."""
+    model = build_tiny_model("tiny-llama").eval()
+    adapter = ModelAdapter.from_model(model)
+    ids = _ids()
+    with torch.no_grad():
+        hidden = model(input_ids=ids, output_hidden_states=True).hidden_states
+    grams = []
+    run_layerwise(adapter, ids, lambda ctx: grams.append(ctx.stats["q"].gram) or [], ROLES,
+                  batch_size=3)  # fmt: skip
+    for i, layer in enumerate(adapter.layers):
+        with torch.no_grad():
+            x = layer.input_layernorm(hidden[i]).reshape(-1, adapter.hidden_size)
+        assert torch.allclose(grams[i], x.T @ x, rtol=1e-4, atol=1e-4)
+
+
+def test_statistics_pass_stops_after_the_last_hooked_linear():
+    """From the second batch on, the statistics pass ends once the last hooked linear has read
+    its input: down_proj multiplies once (batch 0) in that pass, then once per batch when the
+    pruned layer propagates. The statistics are those of full layer calls."""
+    model = build_tiny_model("tiny-llama").eval()
+    adapter = ModelAdapter.from_model(model)
+    ids = _ids(6, 16)
+    calls = []
+    down = adapter.linears(adapter.layers[0], ("down",))["down"]
+    handle = down.register_forward_hook(lambda *_: calls.append(1))
+    seen = {}
+
+    def grab(ctx):
+        if ctx.index == 0:
+            seen.update(calls=len(calls), stats=ctx.stats)
+        return []
+
+    run_layerwise(adapter, ids, grab, ROLES, batch_size=2)  # 3 batches
+    handle.remove()
+    assert seen["calls"] == 1 and len(calls) == 1 + 3
+    inputs = []
+    handle = down.register_forward_pre_hook(lambda _m, args: inputs.append(args[0]))
+    with torch.no_grad():
+        model(input_ids=ids)  # the dense model's own down_proj inputs, all 6 sequences
+    handle.remove()
+    x_down = inputs[0].reshape(-1, down.in_features)
+    assert seen["stats"]["down"].n_tokens == ids.numel()
+    assert torch.allclose(seen["stats"]["down"].gram, x_down.T @ x_down, rtol=1e-4, atol=1e-4)

@@ -30,6 +30,7 @@ class LinearStats:
     n_tokens: int = 0
     sq_norms: torch.Tensor | None = None
     sample: torch.Tensor | None = None
+    _sample_gram: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     @property
     def col_sq_norms(self) -> torch.Tensor:  # (in,) = ‖X_j‖²
@@ -37,15 +38,20 @@ class LinearStats:
 
     @property
     def error_gram(self) -> torch.Tensor:
-        """(in, in) Gram the reconstruction error is measured with (exact or on the sample)."""
-        return self.gram if self.gram is not None else self.sample.T @ self.sample
+        """(in, in) Gram the reconstruction error is measured with (exact or on the sample).
+        The sample's is computed once: q/k/v and gate/up share one LinearStats."""
+        if self.gram is not None:
+            return self.gram
+        if self._sample_gram is None:
+            self._sample_gram = self.sample.T @ self.sample
+        return self._sample_gram
 
     @property
     def error_tokens(self) -> int:
         return self.n_tokens if self.gram is not None else int(self.sample.shape[0])
 
 
-SAMPLE_ROWS = 4096
+SAMPLE_ROWS = 2048
 
 
 @dataclass
