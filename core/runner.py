@@ -262,7 +262,7 @@ def run_layerwise(
     device: torch.device | str = "cpu",
     needs_gram: bool = True,
     needs_inputs: frozenset[str] = frozenset(),
-    batch_size: int = 2,  # sequences per layer call: bounds the forward's transient memory
+    batch_size: int = 4,  # sequences per layer call: bounds the forward's transient memory
     activations_on_cpu: bool = False,
     on_progress: ProgressFn | None = None,
     stage: str = "prune",
