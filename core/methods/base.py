@@ -30,7 +30,7 @@ class LinearStats:
     n_tokens: int = 0
     sq_norms: torch.Tensor | None = None
     sample: torch.Tensor | None = None
-    _sample_gram: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    _sample_gram: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def col_sq_norms(self) -> torch.Tensor:  # (in,) = ‖X_j‖²
