@@ -1,0 +1,161 @@
+"""Paper B's pictures of W_Q/W_K: keep masks (block-averaged when large), dense / pruned /
+difference attention of one head, and per-head attention error across methods."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from core.figures.style import (
+    ATTN_SCALE,
+    DIFF_SCALE,
+    MASK_SCALE,
+    empty_figure,
+    layout,
+    series_colors,
+)
+
+
+# ---- masks --------------------------------------------------------------------------------------
+def block_average(
+    mask: np.ndarray, max_cells: int = 128 * 128
+) -> tuple[np.ndarray, tuple[int, int]]:
+    """Mean of a 2-D array over square tiles so the result has at most ``max_cells`` cells.
+
+    Returns (density, (tile_rows, tile_cols)); edge tiles average what they cover, so a 0/1
+    mask becomes the kept fraction per tile. A small array is returned unchanged (as float).
+    """
+    m = np.asarray(mask, dtype=np.float64)
+    if m.ndim != 2:
+        raise ValueError(f"block_average expects a 2-D array, got shape {m.shape}")
+    if max_cells < 1:
+        raise ValueError("max_cells must be >= 1")
+    rows, cols = m.shape
+    tile = 1
+    while math.ceil(rows / tile) * math.ceil(cols / tile) > max_cells:
+        tile += 1 if tile < 8 else tile // 4
+    if tile == 1:
+        return m, (1, 1)
+    r_idx, c_idx = np.arange(0, rows, tile), np.arange(0, cols, tile)
+    sums = np.add.reduceat(np.add.reduceat(m, r_idx, axis=0), c_idx, axis=1)
+    counts = np.outer(np.diff(np.append(r_idx, rows)), np.diff(np.append(c_idx, cols)))
+    return sums / counts, (tile, tile)
+
+
+def mask_heatmap(
+    mask: np.ndarray,
+    title: str,
+    max_cells: int = 128 * 128,
+    row_label: str = "output row",
+    col_label: str = "input column",
+) -> go.Figure:
+    """Kept fraction of a 0/1 keep mask (nn.Linear layout), block-averaged when large."""
+    dens, (br, bc) = block_average(mask, max_cells)
+    ys = np.arange(dens.shape[0]) * br
+    xs = np.arange(dens.shape[1]) * bc
+    tiled = f" (tiles of {br}×{bc})" if br > 1 else ""
+    fig = go.Figure(
+        go.Heatmap(
+            z=dens,
+            x=xs,
+            y=ys,
+            zmin=0,
+            zmax=1,
+            colorscale=MASK_SCALE,
+            colorbar=dict(title="kept"),
+            hovertemplate="row %{y}, col %{x}<br>kept %{z:.2f}<extra></extra>",
+        )
+    )
+    fig.update_yaxes(autorange="reversed", title=row_label)
+    fig.update_xaxes(title=col_label)
+    kept = float(np.asarray(mask, dtype=np.float64).mean())
+    return layout(fig, f"{title}: {kept:.1%} kept{tiled}", height=380)
+
+
+# ---- attention ------------------------------------------------------------------------------------
+def _token_axis(tokens: Sequence[str], max_ticks: int = 48) -> dict:
+    """Tick values/labels at token positions (numeric axis, so repeated tokens stay apart)."""
+    step = max(1, math.ceil(len(tokens) / max_ticks))
+    idx = list(range(0, len(tokens), step))
+    return dict(tickmode="array", tickvals=idx, ticktext=[tokens[i] for i in idx], tickangle=-60)
+
+
+def _causal_nan(P: np.ndarray) -> np.ndarray:
+    out = np.array(P, dtype=float)
+    out[np.triu_indices_from(out, k=1)] = np.nan  # keys after the query: not attended
+    return out
+
+
+def attention_heatmaps(
+    dense: np.ndarray,
+    pruned: np.ndarray,
+    tokens: Sequence[str],
+    title: str = "",
+    causal: bool = True,
+) -> go.Figure:
+    """Dense, pruned and pruned − dense attention of one head side by side (L, L each).
+
+    Rows are queries, columns keys; tokens label both axes. Entries above the diagonal are
+    blank for causal attention.
+    """
+    prep = _causal_nan if causal else (lambda p: np.asarray(p, dtype=float))
+    d, p = prep(dense), prep(pruned)
+    diff = p - d
+    vmax = float(np.nanmax([np.nanmax(d), np.nanmax(p)]))
+    dmax = float(np.nanmax(np.abs(diff))) or 1e-12
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        horizontal_spacing=0.09,
+        subplot_titles=("dense", "pruned Q/K", "pruned − dense"),
+    )
+    pos = list(range(len(tokens)))
+    hover = "query %{y}<br>key %{x}<br>%{z:.4f}<extra></extra>"
+    for col, z, scale, zmin, zmax, cbx in (
+        (1, d, ATTN_SCALE, 0.0, vmax, 0.615),
+        (2, p, ATTN_SCALE, 0.0, vmax, None),
+        (3, diff, DIFF_SCALE, -dmax, dmax, 1.0),
+    ):
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=pos,
+                y=pos,
+                colorscale=scale,
+                zmin=zmin,
+                zmax=zmax,
+                hovertemplate=hover,
+                showscale=cbx is not None,
+                colorbar=dict(x=cbx, len=0.9, thickness=12) if cbx else None,
+            ),
+            row=1,
+            col=col,
+        )
+        fig.update_xaxes(**_token_axis(tokens), row=1, col=col)
+        fig.update_yaxes(**_token_axis(tokens), autorange="reversed", row=1, col=col)
+    fig.update_yaxes(tickangle=0)
+    return layout(fig, title, height=460)
+
+
+def head_error_bars(errors: pd.DataFrame, value: str = "fro_rel") -> go.Figure:
+    """Per-head attention approximation error, one bar group per head, one colour per method.
+
+    errors columns: method (or series), head, ``value``.
+    """
+    if errors.empty:
+        return empty_figure("no runs to compare")
+    key = "series" if "series" in errors else "method"
+    fig = go.Figure()
+    colors = series_colors(sorted(errors[key].unique()))
+    for name, g in errors.groupby(key, sort=True):
+        fig.add_trace(go.Bar(x=g["head"], y=g[value], name=str(name), marker_color=colors[name]))
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title="query head", dtick=1)
+    label = {"fro_rel": "‖P̃ − P‖_F / ‖P‖_F", "fro": "‖P̃ − P‖_F", "tv_max": "max row TV"}
+    fig.update_yaxes(title=label.get(value, value))
+    return layout(fig, "Attention approximation error per head", height=380)
