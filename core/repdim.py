@@ -9,10 +9,9 @@ with s the fraction of the residual width d removed. ``predicted_ppl`` evaluates
 hypothesis to fit per model, not an identity).
 
 The seed question asks whether the representation dimension plays the same role for
-methods that keep d fixed (Wanda, SparseGPT, attention-matrix pruning). ``effective_dims``
-measures the dimension a residual stream actually uses, ``collect_residual_dims`` does so
-after every decoder layer of any model (sliced ones included), and ``effective_relation``
-tests (A1) written with that dimension: PPL = PPL₀^{d_eff,dense / d_eff}.
+methods that keep d fixed (Wanda, SparseGPT, attention-matrix pruning). ``core.effdim``
+measures the dimension a residual stream actually uses (one statistic fixed in advance), and
+``effective_relation`` tests (A1) written with that dimension: PPL = PPL₀^{d_eff,dense / d_eff}.
 """
 
 from __future__ import annotations
@@ -22,12 +21,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch import nn
 
+from core.effdim import collect_residual_dims, effective_dims
 from core.errors import ConfigError
-from core.methods.slicegpt import as_adapter, sliced_width
+from core.methods.slicegpt import sliced_width
 
-ENERGY_LEVELS = {"pca99": 0.99, "pca90": 0.90}
+__all__ = ["collect_residual_dims", "effective_dims"]  # measured in core.effdim
 
 
 # ---- Paper A relation ----------------------------------------------------------------------------
@@ -158,99 +157,6 @@ def accuracy_relation(
         "held_chance": bool(math.isfinite(r2_ch) and r2_ch >= HELD_R2 and kappa_ch > 0),
         "rows": rows,
     }  # fmt: skip
-
-
-# ---- effective dimension -------------------------------------------------------------------------
-def dims_from_gram(gram: torch.Tensor) -> dict[str, float]:
-    """Effective dimensions from an uncentred Gram matrix G = XᵀX (d, d).
-
-    λ = eig(G) = σ² (squared singular values of X), those under d·ε_float64·λ_max counted as
-    0. pcaXX: fewest principal components
-    holding XX% of Σλ. erank: exp(H(p)) with p = λ/Σλ (the energy distribution, as the
-    PCA counts use). erank_sv: Roy & Vetterli's original effective rank, p = σ/Σσ.
-    width: d.
-    """
-    lam = torch.linalg.eigvalsh(gram.to(torch.float64)).flip(0)  # descending
-    # Eigenvalues below the rounding floor of the largest are zero (numerical rank).
-    floor = lam[0].clamp_min(0.0) * gram.shape[0] * torch.finfo(torch.float64).eps
-    lam = torch.where(lam > floor, lam, torch.zeros_like(lam))
-    total = lam.sum()
-    out: dict[str, float] = {"width": float(gram.shape[0])}
-    if total <= 0:
-        return out | {k: 0.0 for k in (*ENERGY_LEVELS, "erank", "erank_sv")}
-    cum = torch.cumsum(lam, 0) / total
-    for key, level in ENERGY_LEVELS.items():
-        # 1e-12 absorbs rounding in the cumulative sum at exact-rank data.
-        out[key] = float(
-            int(torch.searchsorted(cum, torch.tensor(level - 1e-12, dtype=cum.dtype))) + 1
-        )
-    out["erank"] = _entropy_rank(lam)
-    out["erank_sv"] = _entropy_rank(lam.sqrt())
-    return out
-
-
-def _entropy_rank(weights: torch.Tensor) -> float:
-    p = weights / weights.sum()
-    p = p[p > 0]
-    return math.exp(-(p * p.log()).sum().item())
-
-
-def effective_dims(hidden: torch.Tensor) -> dict[str, float]:
-    """Effective dimensions of token representations ``hidden`` (T, d) or (..., d), float64."""
-    flat = hidden.reshape(-1, hidden.shape[-1]).to(torch.float64)
-    return dims_from_gram(flat.T @ flat)
-
-
-@torch.no_grad()
-def collect_residual_dims(
-    model: Any,
-    ids: torch.Tensor,
-    device: torch.device | str = "cpu",
-    layers: str | Iterable[int] = "all",
-    batch_size: int = 8,
-) -> dict[str, Any]:
-    """Effective dimensions of the residual stream after each decoder layer on held-out ids.
-
-    ids: (N, L). A forward hook on each chosen layer accumulates G = XᵀX (d_out, d_out) in
-    float64, so no activations are stored. Only the backbone runs (no logits). The model
-    must already be on ``device``. Returns {"rows": [{layer, width, pca99, pca90, erank,
-    erank_sv}], "overall": {"mean_<key>": mean over the chosen layers, "final_<key>": the
-    last chosen layer}}. Works for sliced models (widths d′, and d for an unsliced head).
-    """
-    adapter = as_adapter(model)
-    n = adapter.n_layers
-    if isinstance(layers, str) and layers != "all":
-        raise ConfigError(f"layers must be 'all' or a list of layer indices, got {layers!r}")
-    chosen = list(range(n)) if isinstance(layers, str) else sorted({int(i) for i in layers})
-    if not chosen or any(not 0 <= i < n for i in chosen):
-        raise ConfigError(f"layers must be 'all' or indices in [0, {n}), got {layers!r}")
-    device = torch.device(device)
-    grams: dict[int, torch.Tensor] = {}
-
-    def make_hook(i: int):
-        def hook(_m: nn.Module, _args: tuple, out: Any) -> None:
-            h = out[0] if isinstance(out, tuple) else out  # (B, L, width)
-            flat = h.reshape(-1, h.shape[-1]).to(torch.float64)
-            if i not in grams:
-                grams[i] = torch.zeros(
-                    flat.shape[1], flat.shape[1], dtype=torch.float64, device=flat.device
-                )
-            grams[i].addmm_(flat.T, flat)
-
-        return hook
-
-    handles = [adapter.layers[i].register_forward_hook(make_hook(i)) for i in chosen]
-    try:
-        for start in range(0, ids.shape[0], batch_size):
-            adapter.backbone(input_ids=ids[start : start + batch_size].to(device), use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
-    rows = [{"layer": i, **dims_from_gram(grams[i])} for i in chosen]
-    keys = ("pca99", "pca90", "erank", "erank_sv")
-    overall = {f"mean_{k}": sum(r[k] for r in rows) / len(rows) for k in keys}
-    overall |= {f"final_{k}": rows[-1][k] for k in keys}
-    return {"rows": rows, "overall": overall}
 
 
 def effective_relation(ppl0: float, d: float, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
