@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -23,9 +23,19 @@ class PerplexityResult:
     n_tokens: int  # windows × seqlen, as the reference implementations count them
     seconds: float
     tokens_per_s: float
+    # Mean NLL of each window, in window order: the unit Paper A's intervals resample
+    # (core.uncertainty). Stored as a table, not among the scalar metrics.
+    window_nll: tuple[float, ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, float | int]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "window_nll"}
+
+    def window_rows(self) -> list[dict[str, float | int]]:
+        """One row per evaluation window: {window, nll} (the WINDOW_TABLE of a run)."""
+        return [{"window": i, "nll": v} for i, v in enumerate(self.window_nll)]
+
+
+WINDOW_TABLE = "eval_windows"  # per-window NLLs of a run's evaluation
 
 
 def window_nll(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -82,7 +92,7 @@ def evaluate_perplexity(
     device = torch.device(device) if device is not None else next(model.parameters()).device
     chunked = _has_backbone(model)
     n, L = windows.shape
-    total = torch.zeros((), dtype=torch.float64)
+    nlls: list[torch.Tensor] = []
     t0 = time.perf_counter()
     report(on_progress, "eval", 0, n)
     for start in range(0, n, batch_size):
@@ -91,12 +101,19 @@ def evaluate_perplexity(
             nll = _window_nll_chunked(model, ids)
         else:
             nll = window_nll(model(input_ids=ids, use_cache=False).logits, ids)
-        total += nll.double().sum().cpu()
+        nlls.append(nll.double().cpu())
         done = min(start + batch_size, n)
         report(on_progress, "eval", done, n, f"{done * L / (time.perf_counter() - t0):.0f} tok/s")
     seconds = time.perf_counter() - t0
-    nll = float(total / n)
+    per_window = torch.cat(nlls)
+    nll = float(per_window.sum() / n)
     return PerplexityResult(
-        ppl=math.exp(nll), nll=nll, n_windows=n, seqlen=L, n_tokens=n * L,
-        seconds=seconds, tokens_per_s=n * L / seconds if seconds > 0 else float("inf"),
-    )  # fmt: skip
+        ppl=math.exp(nll),
+        nll=nll,
+        n_windows=n,
+        seqlen=L,
+        n_tokens=n * L,
+        seconds=seconds,
+        tokens_per_s=n * L / seconds if seconds > 0 else float("inf"),
+        window_nll=tuple(per_window.tolist()),
+    )

@@ -59,3 +59,15 @@ def test_chunked_scoring_matches_full_logits(tiny, monkeypatch):
     with torch.no_grad():
         chunked = perplexity._window_nll_chunked(tiny.model, windows)
     assert torch.allclose(full, chunked, atol=1e-5)
+
+
+def test_window_nlls_are_recorded_in_order_and_average_to_the_nll(tiny):
+    windows = torch.randint(0, 256, (5, 24), generator=torch.Generator().manual_seed(3))
+    res = evaluate_perplexity(tiny.model, windows, batch_size=2)
+    assert len(res.window_nll) == 5
+    assert math.isclose(sum(res.window_nll) / 5, res.nll, rel_tol=1e-12)
+    with torch.no_grad():
+        first = window_nll(tiny.model(input_ids=windows[:1]).logits, windows[:1])
+    assert math.isclose(res.window_nll[0], float(first), rel_tol=1e-5)
+    assert "window_nll" not in res.to_dict()
+    assert res.window_rows()[4] == {"window": 4, "nll": res.window_nll[4]}
