@@ -305,3 +305,19 @@ def test_accuracy_vs_dprime_one_line_per_task_and_fit_curves() -> None:
     assert len(curves) == 1  # boolq's fit is NaN: no curve
     assert curves[0].y[-1] == pytest.approx(0.7)  # the fitted curve passes acc_dense at d′ = d
     assert figures.accuracy_vs_dprime(acc.iloc[:0]).layout.annotations
+
+
+def test_budget_chart_one_line_per_series_with_error_bars() -> None:
+    pts = pd.DataFrame(
+        {
+            "series": ["wanda", "wanda", "slicegpt"],
+            "kept_params": [0.9, 0.7, 0.8],
+            "ppl": [20.0, 40.0, 50.0],
+            "ppl_lo": [19.0, 38.0, 45.0],
+            "ppl_hi": [21.0, 43.0, 56.0],
+        }
+    )
+    fig = figures.budget_chart(pts)
+    assert [t.name for t in fig.data] == ["slicegpt", "wanda"]
+    assert list(fig.data[1].error_y.array) == [3.0, 1.0]  # sorted by kept fraction
+    assert "no runs" in figures.budget_chart(pts.iloc[0:0]).layout.annotations[0].text

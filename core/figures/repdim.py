@@ -241,3 +241,39 @@ def effdim_layers(effdim: pd.DataFrame, columns: Sequence[str] | None = None) ->
     fig.update_xaxes(title=xcol)
     fig.update_yaxes(title="dimension")
     return layout(fig, "Effective dimension of the residual stream per layer", height=360)
+
+
+BUDGET_AXIS = {
+    "kept_params": "non-zero parameters kept (fraction of the dense model)",
+    "latency": "forward latency (fraction of the dense model's, this machine)",
+}
+
+
+def budget_chart(points: pd.DataFrame, budget: str = "kept_params") -> go.Figure:
+    """Perplexity against what a run keeps (core.budget), one line per series, log-y, with
+    95% error bars where ppl_lo / ppl_hi are given; the x axis runs from dense (1) down.
+
+    points columns: series, ``budget``, ppl[, ppl_lo, ppl_hi].
+    """
+    points = points.dropna(subset=[budget, "ppl"]) if budget in points else points.iloc[0:0]
+    if points.empty:
+        return empty_figure(f"no runs with a measured {budget} yet")
+    fig = go.Figure()
+    for i, (series, g) in enumerate(points.groupby("series", sort=True)):
+        g = g.sort_values(budget)
+        err = None
+        if {"ppl_lo", "ppl_hi"} <= set(g.columns) and g["ppl_lo"].notna().all():
+            err = dict(array=g["ppl_hi"] - g["ppl"], arrayminus=g["ppl"] - g["ppl_lo"], width=3)
+        fig.add_trace(
+            go.Scatter(
+                x=g[budget],
+                y=g["ppl"],
+                mode="lines+markers",
+                name=str(series),
+                error_y=err,
+                line=dict(color=color_of(str(series), i)),
+            )
+        )
+    fig.update_yaxes(**LOG_AXIS, title="perplexity (log)")
+    fig.update_xaxes(title=BUDGET_AXIS.get(budget, budget), autorange="reversed")
+    return layout(fig, "Quality at matched budgets")
