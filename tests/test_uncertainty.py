@@ -15,6 +15,7 @@ from core.uncertainty import (
     line_fits,
     percentile_interval,
     ppl_intervals,
+    predicted_inside,
     relation_intervals,
     relation_verdict,
 )
@@ -78,6 +79,16 @@ def test_too_little_data_is_inconclusive() -> None:
     assert relation_verdict(res["a"], res["b"]) == "inconclusive"
     wide = Interval(1.0, 0.5, 1.5)
     assert relation_verdict(wide, Interval(0.0, -0.1, 0.1)) == "inconclusive"
+
+
+def test_verdict_is_an_equivalence_test() -> None:
+    # Precisely measured, slightly off: a = 1 lies outside the interval, but inside the band.
+    a, b = Interval(0.993, 0.988, 0.998), Interval(0.005, 0.001, 0.009)
+    assert not predicted_inside(a, b)
+    assert relation_verdict(a, b) == "supported"
+    assert relation_verdict(Interval(0.8, 0.75, 0.85), b) == "contradicted"
+    assert relation_verdict(Interval(0.88, 0.85, 0.95), b) == "inconclusive"
+    assert relation_verdict(Interval(1.0, 0.98, 1.02), Interval(0.2, 0.15, 0.25)) == "contradicted"
 
 
 def test_intervals_widen_with_noise_and_are_reproducible() -> None:

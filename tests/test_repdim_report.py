@@ -1,0 +1,91 @@
+"""Paper A's relations on stored runs with intervals (core.repdim_report): window NLLs and item
+scores read back from the store, controls for the verdicts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.config import EvalConfig, ModelSpec, RunConfig
+from core.errors import StoreError
+from core.perplexity import WINDOW_TABLE
+from core.repdim_report import (
+    ITEM_TABLE,
+    SweepPoint,
+    accuracy_report,
+    relation_report,
+    window_nlls,
+)
+
+S = (0.1, 0.2, 0.3, 0.4)
+
+
+def put(store, tag: str, nll: np.ndarray | None = None, items: list[dict] | None = None) -> str:
+    cfg = RunConfig("eval", ModelSpec("tiny-llama", "cpu", "float32"), EvalConfig(),
+                    extra=(("tag", tag),))  # fmt: skip
+    with store.begin(cfg) as w:
+        if nll is not None:
+            w.write_table(WINDOW_TABLE, [{"window": i, "nll": v} for i, v in enumerate(nll)])
+        if items is not None:
+            w.write_table(ITEM_TABLE, items)
+        w.commit({})
+    return cfg.run_id
+
+
+def sweep(store, ratio, seeds=3, windows=48):
+    rng = np.random.default_rng(1)
+    dense = 3.4 + 0.3 * rng.standard_normal(windows)
+    points = []
+    for s in S:
+        ids = tuple(
+            put(store, f"{ratio.__name__}{s}-{k}",
+                dense / ratio(1 - s) * (1 + 0.003 * rng.standard_normal()))
+            for k in range(seeds)
+        )  # fmt: skip
+        points.append(SweepPoint(s, s - 0.01, ids))
+    return points, put(store, f"dense-{ratio.__name__}", dense)
+
+
+def test_relation_report_controls(store) -> None:
+    def holds(keep):
+        return keep
+
+    def flatter(keep):
+        return 0.5 * keep + 0.4
+
+    points, dense = sweep(store, holds)
+    rep = relation_report(store, points, dense)
+    assert rep["nominal"]["verdict"] == "supported" and rep["n_seeds"] == 3
+    assert rep["nominal"]["a"] == pytest.approx(1.0, abs=0.01)
+    assert len(rep["nominal"]["rows"]) == 4 and rep["nominal"]["n_windows"] == 48
+    # Against s_eff = s − 0.01 (x shifted by +0.01) the slope stays, the intercept moves.
+    nominal, effective = rep["nominal"], rep["effective"]
+    assert effective["a"] == pytest.approx(nominal["a"])
+    assert effective["b"] == pytest.approx(nominal["b"] - 0.01 * nominal["a"])
+    points, dense = sweep(store, flatter)
+    assert relation_report(store, points, dense)["nominal"]["verdict"] == "contradicted"
+
+
+def test_runs_without_window_nlls_are_refused(store) -> None:
+    old = put(store, "old")
+    with pytest.raises(StoreError, match="per-window"):
+        window_nlls(store, old)
+
+
+def test_accuracy_report_reads_items(store) -> None:
+    rng = np.random.default_rng(0)
+
+    def items(acc):
+        return [{"task": "piqa", "item": i, "gold": 0, "pred": int(rng.random() >= acc)}
+                for i in range(300)]  # fmt: skip
+
+    dense = put(store, "zs-dense", items=items(0.8))
+    points, sources = [], []
+    for s in S:
+        ids = tuple(put(store, f"zs{s}-{k}", items=items(0.8 * np.exp(-s))) for k in range(2))
+        points.append(SweepPoint(s, s, ids))
+        sources.append(ids)
+    (row,) = accuracy_report(store, points, dense, sources, ["piqa"])
+    assert row["task"] == "piqa" and row["n_items"] == 300
+    assert row["kappa_lo"] <= row["kappa"] <= row["kappa_hi"]
+    assert row["verdict"] == "supported"
