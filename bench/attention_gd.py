@@ -63,7 +63,7 @@ def main() -> None:
 
     from core.cli import parse_options
     from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
-    from core.pipeline import get_calib_windows, get_model, resolve_model_spec, run_prune
+    from core.runs import get_calib_windows, get_model, resolve_model_spec, run_prune
 
     store = open_store(args, "attngd-")
     model = ModelSpec(args.model, "auto", "auto")

@@ -23,8 +23,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
-    from core.pipeline import run_prune
-    from core.slicing import effdim_report, run_sweep
+    from core.runs import run_prune
+    from core.runs import effdim_report, run_sweep
 
     store = open_store(args, "repdim-")
     model = ModelSpec(args.model)

@@ -27,7 +27,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, ZeroShotConfig
-    from core.slicing import run_sweep
+    from core.runs import run_sweep
 
     data_dir = str(Path(args.data_dir).resolve())
     store = open_store(args, "zeroshot-")

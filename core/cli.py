@@ -280,14 +280,14 @@ def open_store(args):
 
 
 def cmd_eval(args, progress) -> dict[str, Any]:
-    from core.pipeline import run_eval
+    from core.runs import run_eval
 
     return run_eval(model_spec(args), eval_config(args), open_store(args), progress, args.force)
 
 
 def cmd_prune(args, progress) -> dict[str, Any]:
     from core.config import PruneConfig
-    from core.pipeline import run_prune
+    from core.runs import run_prune
 
     prune = PruneConfig(args.method, args.sparsity, args.pattern, args.targets, args.allocation,
                         args.owl_lambda, args.owl_m, parse_options(args.option))  # fmt: skip
@@ -298,7 +298,7 @@ def cmd_prune(args, progress) -> dict[str, Any]:
 
 
 def cmd_zeroshot(args, progress) -> dict[str, Any]:
-    from core.pipeline import run_zeroshot
+    from core.runs import run_zeroshot
 
     model = model_spec(args) if args.model is not None else None
     if model is None and args.run is None:

@@ -20,7 +20,7 @@ def _parse_grid(text: str) -> tuple[float, ...]:
 def cmd_slice(args, progress) -> dict[str, Any]:
     from core import cli
     from core.config import PruneConfig
-    from core.slicing import run_slice
+    from core.runs import run_slice
 
     prune = PruneConfig("slicegpt", args.sparsity, options=cli.parse_options(args.option))
     return run_slice(cli.model_spec(args), prune, cli.calib_config(args, 42), cli.eval_config(args),
@@ -30,7 +30,7 @@ def cmd_slice(args, progress) -> dict[str, Any]:
 
 def cmd_sweep(args, progress) -> dict[str, Any]:
     from core import cli
-    from core.slicing import run_sweep
+    from core.runs import run_sweep
 
     if args.method != "slicegpt":
         raise ConfigError("sweep --method supports slicegpt (the representation-dimension sweep)")
@@ -41,7 +41,7 @@ def cmd_sweep(args, progress) -> dict[str, Any]:
 
 def cmd_effdim(args, progress) -> dict[str, Any]:
     from core.cli import open_store
-    from core.slicing import effdim_report
+    from core.runs import effdim_report
 
     store = open_store(args)
     out = effdim_report(store, args.run_ids or None, args.key)

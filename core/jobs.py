@@ -188,7 +188,7 @@ def plan_prune_args(args: argparse.Namespace) -> RunConfig:
     from core import cli
     from core.config import PruneConfig
     from core.methods import get_method
-    from core.pipeline import plan_prune
+    from core.runs import plan_prune
 
     check_model_name(args.model)
     prune = PruneConfig(
@@ -203,10 +203,6 @@ def plan_prune_args(args: argparse.Namespace) -> RunConfig:
     )
     parts = (cli.model_spec(args), prune, cli.calib_config(args), cli.eval_config(args),
              cli.zeroshot_config(args))  # fmt: skip
-    if getattr(get_method(prune.method), "structured", False):
-        from core.slicing import plan_slice
-
-        return plan_slice(*parts)
     return plan_prune(*parts)
 
 

@@ -109,18 +109,49 @@ def byte_tokenizer():
     )
 
 
+def tiny_config(name: str = "tiny-llama", **overrides):
+    """The LlamaConfig of a tiny random model (its geometry, without building weights)."""
+    from transformers import LlamaConfig
+
+    kw = dict(
+        TINY_MODELS[name],
+        vocab_size=TINY_VOCAB,
+        max_position_embeddings=TINY_CONTEXT,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-6,
+        attn_implementation="eager",
+    )
+    kw.update(overrides)
+    return LlamaConfig(**kw)
+
+
 def build_tiny_model(name: str = "tiny-llama", seed: int = 0, dtype=torch.float32, **overrides):
     """A seeded random LlamaForCausalLM (weights std 0.02 as HF initialises them)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    kw = dict(TINY_MODELS[name], vocab_size=TINY_VOCAB, max_position_embeddings=TINY_CONTEXT,
-              tie_word_embeddings=False, rms_norm_eps=1e-6, attn_implementation="eager")  # fmt: skip
-    kw.update(overrides)
-    config = LlamaConfig(**kw)
+    config = tiny_config(name, **overrides)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
     return model.to(dtype)
+
+
+def model_config(name: str, trust_remote_code: bool = False, revision: str | None = None):
+    """The transformers config of a model, read without loading any weight: the tiny models'
+    own, the embedded model's converted ``config.json`` (its GGUF header before the first
+    conversion), else ``AutoConfig`` on the folder or Hub id. Raises ModelLoadError with the
+    same messages as ``load_model``."""
+    if name in TINY_MODELS:
+        return tiny_config(name)
+    if name == EMBEDDED_MODEL:
+        from transformers import AutoConfig
+
+        target = _embedded_cache()
+        if (target / "config.json").is_file():
+            return AutoConfig.from_pretrained(target)
+        gguf = embedded_gguf_path()
+        return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    return _pretrained_config(name, trust_remote_code, revision)
 
 
 # ---- embedded GGUF model ----------------------------------------------------------------
@@ -180,8 +211,9 @@ def convert_embedded(target: Path) -> None:
 
 
 # ---- Hugging Face / local -------------------------------------------------------------------
-def _load_pretrained(name: str, dtype, trust_remote_code: bool, revision: str | None):
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+def _pretrained_config(name: str, trust_remote_code: bool, revision: str | None):
+    """AutoConfig of a local folder or Hub id; ModelLoadError unless it is a causal LM."""
+    from transformers import AutoConfig
 
     local = Path(name).expanduser()
     if local.exists() and not local.is_dir():
@@ -191,10 +223,14 @@ def _load_pretrained(name: str, dtype, trust_remote_code: bool, revision: str | 
             name, revision=revision, trust_remote_code=trust_remote_code
         )
     except (OSError, ValueError) as exc:
-        hint = "" if local.exists() else (
-            f"; it is not an embedded model ({', '.join(available_models())}), not a local "
-            "folder, and the Hugging Face Hub could not provide it (offline?)"
-        )  # fmt: skip
+        hint = (
+            ""
+            if local.exists()
+            else (
+                f"; it is not an embedded model ({', '.join(available_models())}), not a local "
+                "folder, and the Hugging Face Hub could not provide it (offline?)"
+            )
+        )
         raise ModelLoadError(f"model {name!r} not found{hint}: {str(exc).splitlines()[0]}") from exc
     archs = getattr(config, "architectures", None) or []
     if archs and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
@@ -202,6 +238,13 @@ def _load_pretrained(name: str, dtype, trust_remote_code: bool, revision: str | 
             f"model {name!r} ({', '.join(archs)}) is not a causal language model; "
             "PruneScope prunes decoder-only causal LMs"
         )
+    return config
+
+
+def _load_pretrained(name: str, dtype, trust_remote_code: bool, revision: str | None):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = _pretrained_config(name, trust_remote_code, revision)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             name, config=config, revision=revision, dtype=dtype,

@@ -12,6 +12,7 @@ from torch import nn
 from core.adapter import ModelAdapter
 from core.errors import ConfigError, ModelLoadError
 from core.methods import get_method
+from core.methods.base import ApplyPlan
 from core.methods.slicegpt import (
     SlicedDecoderLayer,
     SliceGPT,
@@ -318,11 +319,14 @@ def test_registered_as_structured_method() -> None:
     cls = get_method("slicegpt")
     assert cls is SliceGPT and cls.structured and cls.options_cls is SliceOptions
     method = cls(SliceOptions())
-    with pytest.raises(NotImplementedError, match="slice_model"):
-        method.prune_layer(None)  # type: ignore[arg-type]
+    # Method.apply runs its own whole-model procedure, not the layer-wise runner.
+    assert not hasattr(method, "prune_layer") and cls.run_kind == "slice"
     model = build_tiny_model("tiny-llama-mha", seed=1).eval()
     report = method.slice(model, random_ids(4, 16, seed=1), 0.25)
     assert report.d_sliced == 24
+    model = build_tiny_model("tiny-llama-mha", seed=1).eval()
+    plan = ApplyPlan(0.25, (), "unstructured", torch.device("cpu"))
+    assert method.apply(model, random_ids(4, 16, seed=1), plan).d_sliced == 24
 
 
 # ---- real model ----------------------------------------------------------------------------------

@@ -200,7 +200,7 @@ def test_evaluate_zeroshot_scores_every_task(tiny, task_dir):
 # ---- runs ------------------------------------------------------------------------------------
 def test_run_config_round_trips_with_the_same_id():
     from core.config import zeroshot_dict
-    from core.pipeline import plan_prune
+    from core.runs import plan_prune
 
     cfg = plan_prune(MODEL, PruneConfig("sparsegpt", 0.5, "2:4"), CALIB, EVAL,
                      ZeroShotConfig(("piqa",), 5, "/x"))  # fmt: skip
@@ -212,7 +212,7 @@ def test_run_config_round_trips_with_the_same_id():
 
 
 def test_prune_run_stores_accuracy_and_rebuild_reproduces_it(store, task_dir):
-    from core.pipeline import run_prune, run_zeroshot
+    from core.runs import run_prune, run_zeroshot
 
     cfg = ZeroShotConfig(("piqa", "arc_easy", "boolq"), None, task_dir, 4)
     res = run_prune(MODEL, PruneConfig("wanda", 0.5), CALIB, EVAL, store, zeroshot=cfg)
@@ -234,7 +234,7 @@ def test_prune_run_stores_accuracy_and_rebuild_reproduces_it(store, task_dir):
 
 
 def test_saved_model_is_used(store, task_dir, tmp_path):
-    from core.pipeline import run_prune, run_zeroshot
+    from core.runs import run_prune, run_zeroshot
 
     cfg = ZeroShotConfig(("piqa",), None, task_dir)
     res = run_prune(MODEL, PruneConfig("magnitude", 0.5), CALIB, EVAL, store,
@@ -244,7 +244,7 @@ def test_saved_model_is_used(store, task_dir, tmp_path):
 
 
 def test_sweep_fits_the_accuracy_relation(store, task_dir):
-    from core.slicing import run_sweep
+    from core.runs import run_sweep
 
     cfg = ZeroShotConfig(("piqa", "winogrande"), None, task_dir)
     res = run_sweep(MODEL, (0.25, 0.5), CALIB, EVAL, store, zeroshot=cfg)
@@ -303,8 +303,8 @@ def test_cli_zeroshot_and_bad_input(capsys, store_root, task_dir):
 
 
 def test_sliced_run_is_rebuilt_for_zeroshot(store, task_dir):
-    from core.pipeline import run_zeroshot
-    from core.slicing import run_slice
+    from core.runs import run_zeroshot
+    from core.runs import run_slice
 
     cfg = ZeroShotConfig(("arc_easy",), None, task_dir)
     res = run_slice(MODEL, PruneConfig("slicegpt", 0.25), CALIB, EVAL, store, zeroshot=cfg)
