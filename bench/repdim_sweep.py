@@ -23,8 +23,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
-    from core.runs import run_prune
-    from core.runs import effdim_report, run_sweep
+    from core.runs import effdim_report, run_prune, run_sweep
 
     store = open_store(args, "repdim-")
     model = ModelSpec(args.model)

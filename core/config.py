@@ -12,7 +12,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.adapter import resolve_roles
 from core.errors import ConfigError
+from core.masks import parse_pattern
+from core.zeroshot import parse_tasks
 
 DATASETS = ("wikitext2", "c4", "pydoc")  # plus "file:<path>" for any text/jsonl file
 
@@ -94,11 +97,7 @@ class PruneConfig:
         _check(self.allocation in ("uniform", "owl"), f"unknown allocation {self.allocation!r}")
         _check(self.owl_lambda >= 0 and self.owl_m > 0, "OWL needs lambda >= 0 and M > 0")
         if self.pattern != "unstructured":
-            from core.masks import parse_pattern
-
             parse_pattern(self.pattern)  # raises ConfigError on a bad N:M
-        from core.adapter import resolve_roles
-
         resolve_roles(self.targets)
 
 
@@ -114,8 +113,6 @@ class ZeroShotConfig:
     batch_size: int = 8
 
     def __post_init__(self) -> None:
-        from core.zeroshot import parse_tasks
-
         object.__setattr__(self, "tasks", parse_tasks(self.tasks))
         _check(self.limit is None or self.limit >= 1,
                f"limit must be >= 1 item per task (omit it for all items), got {self.limit}")  # fmt: skip

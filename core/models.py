@@ -20,10 +20,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from platformdirs import user_cache_dir
+from tokenizers import Tokenizer, decoders, pre_tokenizers
+from tokenizers import models as tok_models
 from torch import nn
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 from core.adapter import ModelAdapter
-from core.errors import ModelLoadError
+from core.errors import ConfigError, ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +70,30 @@ def cache_dir() -> Path:
     env = os.environ.get("PRUNESCOPE_CACHE")
     if env:
         return Path(env)
-    from platformdirs import user_cache_dir
-
     return Path(user_cache_dir("prunescope"))
 
 
 def available_models() -> list[str]:
     """Names the app offers out of the box, embedded default first."""
     return [EMBEDDED_MODEL, *TINY_MODELS]
+
+
+def check_model_name(name: str) -> None:
+    """Reject a model name that looks like a local path but is not a folder.
+
+    Embedded names and Hugging Face ids pass; the job reports a missing Hub model.
+    """
+    name = name.strip()
+    if not name:
+        raise ConfigError("model name is empty")
+    if name in available_models():
+        return
+    path = Path(name).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{name!r} is a file; give a model folder or a Hugging Face id")
+    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
+    if looks_local and not path.is_dir():
+        raise ConfigError(f"model folder {name!r} does not exist")
 
 
 def load_model(
@@ -95,13 +122,10 @@ def load_model(
 # ---- tiny random models -------------------------------------------------------------------
 def byte_tokenizer():
     """A byte-level tokenizer (one token per UTF-8 byte, no merges) built in memory."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab = {ch: i for i, ch in enumerate(alphabet)}
     vocab["<|endoftext|>"] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok = Tokenizer(tok_models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(
@@ -111,8 +135,6 @@ def byte_tokenizer():
 
 def tiny_config(name: str = "tiny-llama", **overrides):
     """The LlamaConfig of a tiny random model (its geometry, without building weights)."""
-    from transformers import LlamaConfig
-
     kw = dict(
         TINY_MODELS[name],
         vocab_size=TINY_VOCAB,
@@ -127,8 +149,6 @@ def tiny_config(name: str = "tiny-llama", **overrides):
 
 def build_tiny_model(name: str = "tiny-llama", seed: int = 0, dtype=torch.float32, **overrides):
     """A seeded random LlamaForCausalLM (weights std 0.02 as HF initialises them)."""
-    from transformers import LlamaForCausalLM
-
     config = tiny_config(name, **overrides)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -175,8 +195,6 @@ def _embedded_cache() -> Path:
 
 
 def _load_embedded(dtype: torch.dtype):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     target = _embedded_cache()
     if not (target / "config.json").is_file():
         convert_embedded(target)
@@ -186,8 +204,6 @@ def _load_embedded(dtype: torch.dtype):
 
 def convert_embedded(target: Path) -> None:
     """Dequantize the GGUF file once and save a safetensors copy (atomically) at target."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     gguf = embedded_gguf_path()
     log.info("converting %s to safetensors (one-off, ~20 s)", gguf.name)
     model = AutoModelForCausalLM.from_pretrained(
@@ -213,8 +229,6 @@ def convert_embedded(target: Path) -> None:
 # ---- Hugging Face / local -------------------------------------------------------------------
 def _pretrained_config(name: str, trust_remote_code: bool, revision: str | None):
     """AutoConfig of a local folder or Hub id; ModelLoadError unless it is a causal LM."""
-    from transformers import AutoConfig
-
     local = Path(name).expanduser()
     if local.exists() and not local.is_dir():
         raise ModelLoadError(f"{name!r} is a file; give a model folder or a Hugging Face id")
@@ -242,8 +256,6 @@ def _pretrained_config(name: str, trust_remote_code: bool, revision: str | None)
 
 
 def _load_pretrained(name: str, dtype, trust_remote_code: bool, revision: str | None):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     config = _pretrained_config(name, trust_remote_code, revision)
     try:
         model = AutoModelForCausalLM.from_pretrained(

@@ -33,13 +33,17 @@ from typing import Any
 
 import pandas as pd
 import torch
+import transformers
+from platformdirs import user_data_dir
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from core.config import RunConfig
+from core.device import describe_device
 from core.errors import StoreError
 
 log = logging.getLogger(__name__)
 
-STATUSES = ("running", "done", "failed", "cancelled", "interrupted")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL,
@@ -53,17 +57,11 @@ def default_root() -> Path:
     env = os.environ.get("PRUNESCOPE_HOME")
     if env:
         return Path(env).expanduser()
-    from platformdirs import user_data_dir
-
     return Path(user_data_dir("prunescope"))
 
 
 def environment_record(device: torch.device | str | None = None) -> dict[str, Any]:
     """What produced a run: versions, device, host, project commit."""
-    import transformers
-
-    from core.device import describe_device
-
     rec: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -312,8 +310,6 @@ class RunWriter:
         df.to_parquet(self.dir / "tables" / f"{name}.parquet", index=False)
 
     def write_arrays(self, name: str, arrays: dict[str, torch.Tensor]) -> None:
-        from safetensors.torch import save_file
-
         (self.dir / "arrays").mkdir(exist_ok=True)
         save_file({k: v.detach().cpu().contiguous() for k, v in arrays.items()},
                   str(self.dir / "arrays" / f"{name}.safetensors"))  # fmt: skip
@@ -391,8 +387,6 @@ class Run:
         return pd.read_parquet(path)
 
     def arrays(self, name: str, keys: list[str] | None = None) -> dict[str, torch.Tensor]:
-        from safetensors import safe_open
-
         path = self.dir / "arrays" / f"{name}.safetensors"
         if not path.is_file():
             return {}
@@ -400,8 +394,6 @@ class Run:
             return {k: fh.get_tensor(k) for k in (keys or list(fh.keys()))}
 
     def array_keys(self, name: str) -> list[str]:
-        from safetensors import safe_open
-
         path = self.dir / "arrays" / f"{name}.safetensors"
         if not path.is_file():
             return []

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -100,8 +101,6 @@ def winogrande_item(sentence: str, option1: str, option2: str, answer: str) -> M
 
 def hellaswag_preprocess(text: str) -> str:
     """lm-eval's hellaswag preprocess: strip, ' [title]' -> '. ', drop [tags], squeeze '  '."""
-    import re
-
     text = text.strip().replace(" [title]", ". ")
     text = re.sub("\\[.*?\\]", "", text)
     return text.replace("  ", " ")

@@ -7,8 +7,7 @@ import pytest
 from core.cli import main
 from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 from core.errors import ConfigError
-from core.runs import run_prune
-from core.runs import effdim_report, run_slice, run_sweep
+from core.runs import effdim_report, run_prune, run_slice, run_sweep
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)

@@ -303,8 +303,7 @@ def test_cli_zeroshot_and_bad_input(capsys, store_root, task_dir):
 
 
 def test_sliced_run_is_rebuilt_for_zeroshot(store, task_dir):
-    from core.runs import run_zeroshot
-    from core.runs import run_slice
+    from core.runs import run_slice, run_zeroshot
 
     cfg = ZeroShotConfig(("arc_easy",), None, task_dir)
     res = run_slice(MODEL, PruneConfig("slicegpt", 0.25), CALIB, EVAL, store, zeroshot=cfg)

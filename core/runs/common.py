@@ -73,8 +73,18 @@ def prologue(cfg: RunConfig, store: RunStore, writer: RunWriter, progress: Progr
     calib_ids, calib_info = get_calib_windows(lm, cfg.calib)
     device = torch.device(cfg.model.device)
     return Prologue(
-        cfg, writer, progress, device, lm, loaded_rss, dense, dense_zs, windows, data_info,
-        calib_ids, calib_info,
+        cfg,
+        writer,
+        progress,
+        device,
+        lm,
+        loaded_rss,
+        dense,
+        dense_zs,
+        windows,
+        data_info,
+        calib_ids,
+        calib_info,
     )
 
 

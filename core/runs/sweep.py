@@ -59,7 +59,9 @@ def execute_sweep(
         report(progress, "sweep", len(grid), len(grid))
         first = points[0][1]["metrics"]
         ppl0, d = first["dense_ppl"], first["d"]
-        fit = relation_fit([s for s, _ in points], [r["metrics"]["ppl"] for _, r in points], ppl0, d=d)
+        fit = relation_fit(
+            [s for s, _ in points], [r["metrics"]["ppl"] for _, r in points], ppl0, d=d
+        )
         rows = [
             _sweep_row(s, res, ppl0, frow)
             for (s, res), frow in zip(points, fit["rows"], strict=True)
