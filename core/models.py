@@ -164,8 +164,6 @@ def model_config(name: str, trust_remote_code: bool = False, revision: str | Non
     if name in TINY_MODELS:
         return tiny_config(name)
     if name == EMBEDDED_MODEL:
-        from transformers import AutoConfig
-
         target = _embedded_cache()
         if (target / "config.json").is_file():
             return AutoConfig.from_pretrained(target)
