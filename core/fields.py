@@ -267,3 +267,9 @@ def defaults(command: str, preset: str = "reference") -> dict[str, Any]:
     """Every field of ``command`` at its default, with a preset's values on top."""
     values = {f.name: f.default for f in command_fields(command)}
     return {**values, **{k: v for k, v in PRESETS[preset].items() if k in values}}
+
+
+def app_preset(device_type: str | None) -> str:
+    """The preset the app's forms start from: the reference protocol on a GPU, 'quick' on a
+    CPU or Apple GPU, where the reference takes tens of minutes on the embedded model."""
+    return "reference" if device_type == "cuda" else "quick"

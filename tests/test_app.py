@@ -422,37 +422,23 @@ def test_runs_page_compares_exports_and_deletes_a_selection(filled_store, store)
     assert "No row selected" in texts(at.caption)  # the selection does not carry over
 
 
-def test_sweep_form_is_drawn_from_the_cli_options(store, monkeypatch) -> None:
-    """With a sweep command in the CLI, the page draws its options and validates them."""
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers(dest="command")
-    sweep = sub.add_parser("sweep")
-    g = sweep.add_argument_group("model")
-    g.add_argument("--model", default="smollm2-135m")
-    g = sweep.add_argument_group("sweep")
-    g.add_argument("--sparsities", default="0.1,0.2,0.3")
-    g.add_argument("--orientation", choices=["pca", "random"], default="pca")
-    sweep.add_argument("--nsamples", type=int, default=128)
-    sweep.add_argument("--store")
-    monkeypatch.setattr(jobs, "_subparsers", lambda: dict(sub.choices))
-
+def test_sweep_form_is_drawn_from_the_field_table(store) -> None:
+    """The page draws the sweep command's fields (core.fields) and validates them."""
     at = open_page("repdim")
     assert at.text_input(key="sweep_model").value == "smollm2-135m"
-    assert at.selectbox(key="sweep_orientation").value == "pca"
-    assert at.text_input(key="sweep_nsamples").value == "16"  # the fast default
+    assert at.text_input(key="sweep_sparsities").value == "0,0.1,0.2,0.3,0.4,0.5,0.6"
+    if at.selectbox(key="sweep_preset").value == "quick":
+        assert at.text_input(key="sweep_nsamples").value == "16"  # the fast preset
+    at.text_input(key="sweep_sparsities").set_value("0,x")
     button(at, "Start the sweep").click()
     at.run()
-    assert len(at.error) == 1  # this build's real CLI rejects the command: one clear message
+    assert len(at.error) == 1 and "--sparsities" in at.error[0].value  # one clear message
     assert store.list() == []
 
 
 @pytest.mark.slow
 def test_sweep_started_from_the_page_runs_and_is_shown(store) -> None:
     """The real sweep command through the generic form: an unplanned job found by its pid."""
-    if "sweep" not in jobs.cli_commands():
-        pytest.skip("this build's CLI has no sweep command")
     at = open_page("repdim")
     values = {
         "model": "tiny-llama",
