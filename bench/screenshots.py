@@ -55,8 +55,23 @@ def fill_store(store: Path, model: str) -> None:
     fast = [a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", v)]
     for method, sparsity, pattern, targets, options in RUNS:
         opts = [a for o in options for a in ("--option", o)]
-        core_cli(store, "prune", "--model", model, "--method", method, "--sparsity", str(sparsity),
-                 "--pattern", pattern, "--targets", targets, *opts, *fast, *data_args())  # fmt: skip
+        core_cli(
+            store,
+            "prune",
+            "--model",
+            model,
+            "--method",
+            method,
+            "--sparsity",
+            str(sparsity),
+            "--pattern",
+            pattern,
+            "--targets",
+            targets,
+            *opts,
+            *fast,
+            *data_args(),
+        )
 
 
 def sweep(store: Path, model: str) -> None:

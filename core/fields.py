@@ -17,7 +17,7 @@ from typing import Any
 from core.config import DATASETS
 from core.errors import ConfigError
 from core.methods import available_methods
-from core.zeroshot import TASK_NAMES
+from core.zeroshot_tasks import TASK_NAMES
 
 FLAG, INT, FLOAT, CHOICE, LIST, TEXT = "flag", "int", "float", "choice", "list", "text"
 

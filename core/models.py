@@ -44,11 +44,21 @@ _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # name -> LlamaConfig overrides for the tiny random models (GQA by default).
 TINY_MODELS: dict[str, dict[str, int]] = {
-    "tiny-llama": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                       num_attention_heads=4, num_key_value_heads=2),
-    "tiny-llama-mha": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=4),
-}  # fmt: skip
+    "tiny-llama": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
+    "tiny-llama-mha": dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+    ),
+}
 TINY_VOCAB = 260  # 256 bytes + end-of-text + padding to a round number
 TINY_CONTEXT = 1024
 
@@ -257,9 +267,13 @@ def _load_pretrained(name: str, dtype, trust_remote_code: bool, revision: str | 
     config = _pretrained_config(name, trust_remote_code, revision)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            name, config=config, revision=revision, dtype=dtype,
-            trust_remote_code=trust_remote_code, use_safetensors=None,
-        )  # fmt: skip
+            name,
+            config=config,
+            revision=revision,
+            dtype=dtype,
+            trust_remote_code=trust_remote_code,
+            use_safetensors=None,
+        )
     except ValueError as exc:
         if "Unrecognized configuration class" in str(exc) or "AutoModelForCausalLM" in str(exc):
             raise ModelLoadError(

@@ -97,6 +97,11 @@ def evaluate_perplexity(
     seconds = time.perf_counter() - t0
     nll = float(total / n)
     return PerplexityResult(
-        ppl=math.exp(nll), nll=nll, n_windows=n, seqlen=L, n_tokens=n * L,
-        seconds=seconds, tokens_per_s=n * L / seconds if seconds > 0 else float("inf"),
-    )  # fmt: skip
+        ppl=math.exp(nll),
+        nll=nll,
+        n_windows=n,
+        seqlen=L,
+        n_tokens=n * L,
+        seconds=seconds,
+        tokens_per_s=n * L / seconds if seconds > 0 else float("inf"),
+    )

@@ -155,9 +155,13 @@ def _plan_sweep(v: Mapping[str, Any]) -> RunConfig:
         raise ConfigError("sweep --method supports slicegpt (the representation-dimension sweep)")
     grid = parse_grid(v["sparsities"])
     return plan_sweep(
-        model_spec(v), grid, calib_config(v), eval_config(v), parse_options(v["option"]),
+        model_spec(v),
+        grid,
+        calib_config(v),
+        eval_config(v),
+        parse_options(v["option"]),
         zeroshot_config(v),
-    )  # fmt: skip
+    )
 
 
 def plan_request(

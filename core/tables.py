@@ -21,8 +21,11 @@ def accuracy_columns(records: list[RunRecord]) -> tuple[list[str], dict[str, dic
     cols: dict[str, None] = {}
     joined: dict[str, dict[str, float]] = {}
     for r in records:
-        accs = {k: v for k, v in r.summary.items()
-                if k == "mean_acc" or (k.startswith("acc_") and not k.startswith("acc_fit"))}  # fmt: skip
+        accs = {
+            k: v
+            for k, v in r.summary.items()
+            if k == "mean_acc" or (k.startswith("acc_") and not k.startswith("acc_fit"))
+        }
         cols.update(dict.fromkeys(sorted(accs, key=lambda k: (k != "mean_acc", k))))
         src = r.summary.get("source_run")
         if r.kind == ZEROSHOT and r.status == "done" and src:

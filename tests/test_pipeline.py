@@ -99,10 +99,33 @@ def test_nm_width_must_divide(store):
 
 
 def test_cli_prune_json(capsys, store_root):
-    code = main(["prune", "--model", "tiny-llama", "--method", "wanda", "--sparsity", "0.5",
-                 "--pattern", "2:4", "--calib", "pydoc", "--nsamples", "4", "--seqlen", "64",
-                 "--eval", "pydoc", "--max-windows", "4", "--store", str(store_root), "--json",
-                 "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "prune",
+            "--model",
+            "tiny-llama",
+            "--method",
+            "wanda",
+            "--sparsity",
+            "0.5",
+            "--pattern",
+            "2:4",
+            "--calib",
+            "pydoc",
+            "--nsamples",
+            "4",
+            "--seqlen",
+            "64",
+            "--eval",
+            "pydoc",
+            "--max-windows",
+            "4",
+            "--store",
+            str(store_root),
+            "--json",
+            "--quiet",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert {"run_id", "config", "metrics"} <= set(out)

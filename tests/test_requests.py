@@ -18,8 +18,13 @@ from core.errors import ConfigError
 from core.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
-APP_PRUNE = {"model": "tiny-llama", "method": "wanda", "calib": "pydoc", "eval": "pydoc",
-             "device": "cpu"}  # fmt: skip
+APP_PRUNE = {
+    "model": "tiny-llama",
+    "method": "wanda",
+    "calib": "pydoc",
+    "eval": "pydoc",
+    "device": "cpu",
+}
 
 
 @pytest.mark.parametrize("preset", sorted(fields.PRESETS))
@@ -70,8 +75,11 @@ def test_cli_slice_0999_fails_fast(tmp_path) -> None:
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "core", "slice", "--sparsity", "0.999", "--store", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "rounds down to 0" in proc.stderr
     assert RunStore(tmp_path).list() == []
     print(f"slice --sparsity 0.999 failed in {time.perf_counter() - t0:.1f} s")
@@ -91,8 +99,11 @@ def _imports(path: Path, known: set[str]) -> set[str]:
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
-            out |= {n for n in (node.module, *(f"{node.module}.{a.name}" for a in node.names))
-                    if n in known}  # fmt: skip
+            out |= {
+                n
+                for n in (node.module, *(f"{node.module}.{a.name}" for a in node.names))
+                if n in known
+            }
         elif isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name in known}
     return out
@@ -118,8 +129,9 @@ def test_core_has_no_import_cycle_and_every_module_imports() -> None:
             visit(n, [])
     # Every module imports in a fresh interpreter.
     code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
-    proc = subprocess.run([sys.executable, "-c", code, *names], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *names], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -141,6 +153,9 @@ def test_no_imports_inside_functions_except_optional_dependencies() -> None:
                     mods = [node.module or ""]
                 else:
                     continue
-                bad += [f"{path.name}:{node.lineno} {m}" for m in mods
-                        if m.split(".")[0] not in OPTIONAL]  # fmt: skip
+                bad += [
+                    f"{path.name}:{node.lineno} {m}"
+                    for m in mods
+                    if m.split(".")[0] not in OPTIONAL
+                ]
     assert bad == []

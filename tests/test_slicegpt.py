@@ -99,9 +99,15 @@ def trained_model(state: dict[str, torch.Tensor]) -> nn.Module:
 # ---- pure functions ------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("d", "s", "want"),
-    [(64, 0.0, 64), (64, 0.25, 48), (576, 0.25, 432), (4096, 0.30, 2864), (3072, 0.30, 2144),
-     (64, 0.9, 0)],
-)  # fmt: skip
+    [
+        (64, 0.0, 64),
+        (64, 0.25, 48),
+        (576, 0.25, 432),
+        (4096, 0.30, 2864),
+        (3072, 0.30, 2144),
+        (64, 0.9, 0),
+    ],
+)
 def test_sliced_width(d: int, s: float, want: int) -> None:
     if want == 0:  # int(0.1·64) = 6 rounds down to 0
         with pytest.raises(ConfigError, match="rounds"):
@@ -159,9 +165,12 @@ def test_s0_reproduces_dense_logits_float32(name: str) -> None:
 
 @pytest.mark.parametrize(
     ("name", "overrides"),
-    [("tiny-llama", {}), ("tiny-llama-mha", {}),
-     ("tiny-llama", {"attention_bias": True, "mlp_bias": True})],  # biases rotate with W
-)  # fmt: skip
+    [
+        ("tiny-llama", {}),
+        ("tiny-llama-mha", {}),
+        ("tiny-llama", {"attention_bias": True, "mlp_bias": True}),
+    ],  # biases rotate with W
+)
 def test_s0_reproduces_dense_logits_float64(name: str, overrides: dict, exact_norms) -> None:
     model = build_tiny_model(name, seed=1, dtype=torch.float64, **overrides).eval()
     for name_, p in model.named_parameters():  # HF initialises biases to 0; make them matter

@@ -1,9 +1,9 @@
 """A job's files beside the progress log its run writes, and the processes jobs run in::
 
-    <root>/progress/<job>.job.json     command, run id, pid, host, start time, cancel request
-    <root>/progress/<job>.config.json  the resolved RunConfig the job executes
-    <root>/progress/<job>.log          the job's stdout and stderr
-    <root>/progress/<run>.jsonl        progress events written by each run (core.store)
+<root>/progress/<job>.job.json     command, run id, pid, host, start time, cancel request
+<root>/progress/<job>.config.json  the resolved RunConfig the job executes
+<root>/progress/<job>.log          the job's stdout and stderr
+<root>/progress/<run>.jsonl        progress events written by each run (core.store)
 """
 
 from __future__ import annotations

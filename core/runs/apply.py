@@ -52,9 +52,18 @@ def allocate_sparsity(
             return []
 
         run_layerwise(
-            lm.adapter, calib_ids, measure, roles, None, prune.pattern, device,
-            needs_gram=False, on_progress=progress, stage="owl", **runner_kw,
-        )  # fmt: skip
+            lm.adapter,
+            calib_ids,
+            measure,
+            roles,
+            None,
+            prune.pattern,
+            device,
+            needs_gram=False,
+            on_progress=progress,
+            stage="owl",
+            **runner_kw,
+        )
         params = [
             sum(lin.weight.numel() for lin in lm.adapter.linears(layer, roles).values())
             for layer in lm.adapter.layers
@@ -84,7 +93,13 @@ def apply_prune(
         lm, prune, roles, calib_ids, device, progress, **runner_kw
     )
     plan = ApplyPlan(
-        prune.sparsity, roles, prune.pattern, device, layer_sparsity, run_method, progress,
+        prune.sparsity,
+        roles,
+        prune.pattern,
+        device,
+        layer_sparsity,
+        run_method,
+        progress,
         runner_kw,
-    )  # fmt: skip
+    )
     return method.apply(lm, calib_ids, plan), alloc_rows

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from core.config import RunConfig
+from core.environment import environment_record
 from core.memory import peak_rss_mb, proc_status_mb, release_freed, touch_weights
 from core.models import LoadedModel
 from core.names import EFFDIM_PREFIX, T_EFFDIM
@@ -28,7 +29,7 @@ from core.runs.measure import residual_effdim
 from core.runs.resources import EFFDIM_WINDOWS, get_calib_windows, get_eval_windows, get_model
 from core.runs.store_access import cached_result, result, tee
 from core.runs.zeroshot import dense_zeroshot, pruned_zeroshot
-from core.store import RunStore, RunWriter, environment_record
+from core.store import RunStore, RunWriter
 
 
 @dataclass

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from core.config import EvalConfig, ModelSpec, RunConfig
+from core.environment import environment_record
 from core.models import LoadedModel
 from core.names import EFFDIM_PREFIX, T_EFFDIM
 from core.perplexity import evaluate_perplexity
@@ -15,7 +16,7 @@ from core.runs.measure import residual_effdim
 from core.runs.plan import plan_eval
 from core.runs.resources import EFFDIM_WINDOWS, get_eval_windows, get_model
 from core.runs.store_access import result, stored_or_wait, tee
-from core.store import RunStore, environment_record
+from core.store import RunStore
 
 
 def execute_eval(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.config import RunConfig, zeroshot_from
+from core.environment import environment_record
 from core.names import T_ACCURACY, T_ACCURACY_FIT, T_SWEEP
 from core.progress import ProgressFn, report
 from core.repdim import accuracy_relation, predicted_ppl, relation_fit
@@ -14,7 +15,7 @@ from core.runs.common import RunOptions
 from core.runs.plan import sweep_points
 from core.runs.slice import execute_slice
 from core.runs.store_access import cached_result, result, tee
-from core.store import RunStore, environment_record
+from core.store import RunStore
 
 ACC_FIT_KEYS = ("kappa", "intercept", "r2", "held", "kappa_chance", "r2_chance", "held_chance")
 

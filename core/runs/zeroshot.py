@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.config import ModelSpec, RunConfig, ZeroShotConfig, zeroshot_from
+from core.environment import environment_record
 from core.models import LoadedModel
 from core.names import T_ZEROSHOT, T_ZEROSHOT_ITEMS
 from core.progress import ProgressFn, report
@@ -14,7 +15,7 @@ from core.runs.plan import plan_zeroshot
 from core.runs.rebuild import model_of_run
 from core.runs.resources import get_model
 from core.runs.store_access import result, stored_or_wait, tee
-from core.store import RunStore, RunWriter, environment_record
+from core.store import RunStore, RunWriter
 from core.zeroshot import evaluate_zeroshot, summary_row
 
 

@@ -49,16 +49,23 @@ def apply_structure(model: nn.Module, spec: SliceSpec) -> None:
         layer = adapter.layers[i]
         lin = adapter.linears(layer)
         for role, (out, inp) in {
-            "q": (lin["q"].out_features, d_in), "k": (lin["k"].out_features, d_in),
-            "v": (lin["v"].out_features, d_in), "o": (d_mid, lin["o"].in_features),
-            "gate": (lin["gate"].out_features, d_mid), "up": (lin["up"].out_features, d_mid),
+            "q": (lin["q"].out_features, d_in),
+            "k": (lin["k"].out_features, d_in),
+            "v": (lin["v"].out_features, d_in),
+            "o": (d_mid, lin["o"].in_features),
+            "gate": (lin["gate"].out_features, d_mid),
+            "up": (lin["up"].out_features, d_mid),
             "down": (d_out, lin["down"].in_features),
-        }.items():  # fmt: skip
+        }.items():
             set_linear(lin[role], empty(out, inp), None if lin[role].bias is None else empty(out))
         adapter.layers[i] = SlicedDecoderLayer(
-            layer.self_attn, layer.mlp, FoldedRMSNorm(spec.hidden_size, spec.eps),
-            FoldedRMSNorm(spec.hidden_size, spec.eps), empty(d_in, d_mid), empty(d_mid, d_out),
-        )  # fmt: skip
+            layer.self_attn,
+            layer.mlp,
+            FoldedRMSNorm(spec.hidden_size, spec.eps),
+            FoldedRMSNorm(spec.hidden_size, spec.eps),
+            empty(d_in, d_mid),
+            empty(d_mid, d_out),
+        )
     adapter.backbone.norm = FoldedRMSNorm(spec.hidden_size, spec.eps)
     head = adapter.lm_head
     set_linear(

@@ -159,16 +159,18 @@ class _Boundaries:
         if self.options.orientation == "random":
             Q = randomize_kept(Q, keep, self.generator)
         energy = eigvals.clamp_min(0.0)
-        self.rows.append({
-            "boundary": site if layer is None else f"{layer}.{site}",
-            "layer": layer,
-            "site": site,
-            "width": d,
-            "kept": keep,
-            "energy_kept": (energy[:keep].sum() / energy.sum()).item(),
-            "top_eigval": eigvals[0].item(),
-            "cut_eigval": eigvals[keep - 1].item(),
-        })  # fmt: skip
+        self.rows.append(
+            {
+                "boundary": site if layer is None else f"{layer}.{site}",
+                "layer": layer,
+                "site": site,
+                "width": d,
+                "kept": keep,
+                "energy_kept": (energy[:keep].sum() / energy.sum()).item(),
+                "top_eigval": eigvals[0].item(),
+                "cut_eigval": eigvals[keep - 1].item(),
+            }
+        )
         self.spectra.append(eigvals.cpu())
         return Q
 
@@ -196,10 +198,13 @@ def _slice_layer(
     for role in ("q", "k", "v"):
         rotate_inputs(lin[role], Q_in, d_in)
     new = SlicedDecoderLayer(
-        layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm,
+        layer.self_attn,
+        layer.mlp,
+        layer.input_layernorm,
+        layer.post_attention_layernorm,
         torch.empty(d_in, d_mid, dtype=dtype, device=device),
         torch.empty(d_mid, d_out, dtype=dtype, device=device),
-    )  # fmt: skip
+    )
 
     # Mid boundary. With o_proj writing in the full Q_in basis, the residual there is
     # [x, 0] + attn: no (T, d_in)·(d_in, d) product to map x back. Its PCA V (in Q_in
@@ -304,6 +309,12 @@ def slice_model(
     )
     log.info(
         "sliced d=%d -> %d (s=%.3f, s_eff=%.3f): %d -> %d params in %.1fs",
-        d, width, sparsity, result.s_eff, n_dense, result.n_params_sliced, result.seconds,
-    )  # fmt: skip
+        d,
+        width,
+        sparsity,
+        result.s_eff,
+        n_dense,
+        result.n_params_sliced,
+        result.seconds,
+    )
     return result
