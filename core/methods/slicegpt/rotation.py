@@ -53,8 +53,8 @@ def pca_basis(cov: torch.Tensor, damp: float = 0.01) -> tuple[torch.Tensor, torc
 def _single_thread(device: torch.device) -> Iterator[None]:
     """Run a CPU eigendecomposition on one thread.
 
-    MKL's multi-threaded syevd barely beats one thread at d ≈ 500-4000 and, when the cores are
-    shared, was measured 20× slower (1.1 s vs 0.05 s at d = 576 on 2 busy cores).
+    MKL's multi-threaded syevd barely beats one thread at d ≈ 500-4000 and is many times
+    slower when the cores are shared (the SliceGPT timings in bench/repdim_sweep.py).
     """
     if device.type != "cpu":
         yield
