@@ -34,8 +34,8 @@ DEFAULT_MODEL = "smollm2-135m"
 # ---- values ------------------------------------------------------------------------------------
 def _typed(field: Field, value: Any) -> Any:
     """A value of the field's type; numbers given as text are parsed (argparse's messages)."""
-    if value is None or value == "":
-        return field.default if value == "" else None
+    if value is None or (value == "" and field.kind in (INT, FLOAT)):
+        return None
     cast = {INT: int, FLOAT: float}.get(field.kind)
     if cast is not None and not isinstance(value, bool):
         try:

@@ -10,7 +10,7 @@ from io import BytesIO
 import pytest
 
 from core import fields, jobs, requests
-from core.errors import ConfigError
+from core.errors import ConfigError, ModelLoadError
 from core.store import RunStore
 
 TINY = {
@@ -140,7 +140,11 @@ def bg_jobs(tmp_path_factory) -> dict:
     store = RunStore(tmp_path_factory.mktemp("jobs") / "store")
     ok = jobs.start_job(store, "prune", TINY, save_model=True)
     joined = jobs.start_job(store, "prune", TINY, save_model=True)
-    bad = jobs.start_job(store, "prune", {**TINY, "model": "no-org/no-such-model-xyz"})
+    with pytest.raises(ModelLoadError, match="no-such-model-xyz.*not found"):  # at the edge
+        jobs.start_job(store, "prune", {**TINY, "model": "no-org/no-such-model-xyz"})
+    empty = tmp_path_factory.mktemp("corpus") / "empty.txt"
+    empty.write_text("")
+    bad = jobs.start_job(store, "prune", {**TINY, "eval": f"file:{empty}"})  # fails when run
     slow = jobs.start_job(
         store, "prune", {**TINY, "seqlen": 512, "max_windows": 400, "nsamples": 64}
     )
@@ -195,7 +199,7 @@ def test_unplanned_job_finds_its_run_by_pid(bg_jobs) -> None:
 def test_failed_and_cancelled_jobs_leave_the_store_consistent(bg_jobs) -> None:
     failed, cancelled = bg_jobs["status"]["bad"], bg_jobs["status"]["slow"]
     assert failed.state == "failed"
-    assert "no-such-model-xyz" in failed.error and "not found" in failed.error
+    assert "empty" in failed.error
     assert bg_jobs["cancel_sent"] and cancelled.state == "cancelled"
     assert [r for r in bg_jobs["store"].list() if r.status == "running"] == []
 
