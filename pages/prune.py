@@ -144,11 +144,12 @@ def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
             )
             evald = d2.selectbox("Evaluation corpus", corpora, index=eval_default, key="eval")
             windows = d2.number_input(
-                "Evaluation windows (empty: all)",
+                "Evaluation windows",
                 1,
                 4096,
                 start["max_windows"],
                 key="windows",
+                help="the first N windows of the corpus; empty: every window",
             )
             seqlen = d2.number_input(
                 "Window length (tokens)", 8, 8192, start["seqlen"], key="seqlen"
