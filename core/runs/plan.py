@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
+from typing import Any
 
 from core.adapter import resolve_roles
 from core.config import (
@@ -130,15 +131,9 @@ def plan_prune(
     return cfg
 
 
-def plan_slice(
-    model: ModelSpec,
-    prune: PruneConfig,
-    calib: CalibConfig,
-    eval_cfg: EvalConfig,
-    zeroshot: ZeroShotConfig | None = None,
-) -> RunConfig:
-    """``plan_prune`` for a method that slices (its runs are of kind 'slice')."""
-    cfg = plan_prune(model, prune, calib, eval_cfg, zeroshot)
+def plan_slice(*parts: Any, **kwargs: Any) -> RunConfig:
+    """``plan_prune`` (the same arguments) for a method that slices (runs of kind 'slice')."""
+    cfg = plan_prune(*parts, **kwargs)
     if cfg.kind != SLICE:
         raise ConfigError(f"{cfg.prune.method} does not slice dimensions; use prune")
     return cfg
