@@ -61,8 +61,8 @@ def main() -> None:
     ap.add_argument("--option", action="append", default=[], help="attention-gd option KEY=VALUE")
     args = ap.parse_args()
 
-    from core.requests import parse_options
     from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
+    from core.requests import parse_options
     from core.runs import get_calib_windows, get_model, resolve_model_spec, run_prune
 
     store = open_store(args, "attngd-")

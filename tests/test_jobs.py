@@ -140,7 +140,7 @@ def bg_jobs(tmp_path_factory) -> dict:
     store = RunStore(tmp_path_factory.mktemp("jobs") / "store")
     ok = jobs.start_job(store, "prune", TINY, save_model=True)
     joined = jobs.start_job(store, "prune", TINY, save_model=True)
-    with pytest.raises(ModelLoadError, match="no-such-model-xyz.*not found"):  # at the edge
+    with pytest.raises(ModelLoadError, match=r"no-such-model-xyz.*not found"):  # at the edge
         jobs.start_job(store, "prune", {**TINY, "model": "no-org/no-such-model-xyz"})
     empty = tmp_path_factory.mktemp("corpus") / "empty.txt"
     empty.write_text("")
