@@ -20,9 +20,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 # url path of each page (st.Page derives it from the file name; Home is the default "/").
 PAGES = {
@@ -61,9 +67,21 @@ def streamlit_server(store_root: Path, log_file: Path | None = None) -> Iterator
     port = free_port()
     env = dict(os.environ, PRUNESCOPE_HOME=str(store_root), HF_HUB_OFFLINE="1")
     log_file = log_file or Path(tempfile.mkstemp(prefix="streamlit-", suffix=".log")[1])
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-           "--server.headless", "true", "--server.address", "127.0.0.1",
-           "--browser.gatherUsageStats", "false"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        "app.py",
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--server.address",
+        "127.0.0.1",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     with log_file.open("w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -86,9 +104,12 @@ def chromium_page(width: int = 1500, height: int = 1000) -> Iterator:
 
     with tempfile.TemporaryDirectory(prefix="chromium-") as profile, sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+            profile,
+            executable_path=CHROMIUM,
+            args=CHROMIUM_ARGS,
+            headless=True,
             viewport={"width": width, "height": height},
-        )  # fmt: skip
+        )
         try:
             yield ctx.pages[0] if ctx.pages else ctx.new_page()
         finally:

@@ -61,9 +61,9 @@ def main() -> None:
     ap.add_argument("--option", action="append", default=[], help="attention-gd option KEY=VALUE")
     args = ap.parse_args()
 
-    from core.cli import parse_options
     from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
-    from core.pipeline import get_calib_windows, get_model, resolve_model_spec, run_prune
+    from core.requests import parse_options
+    from core.runs import get_calib_windows, get_model, resolve_model_spec, run_prune
 
     store = open_store(args, "attngd-")
     model = ModelSpec(args.model, "auto", "auto")
@@ -80,22 +80,38 @@ def main() -> None:
             )
             m = res["metrics"]
             n_layers = m["model"]["n_layers"]
-            rows.append((s, method, m["attn_fro_rel_calib"], m["attn_fro_rel_heldout"],
-                         m["attn_tv_max_heldout"], m["ppl"], m["prune_seconds"] / n_layers))  # fmt: skip
+            rows.append(
+                (
+                    s,
+                    method,
+                    m["attn_fro_rel_calib"],
+                    m["attn_fro_rel_heldout"],
+                    m["attn_tv_max_heldout"],
+                    m["ppl"],
+                    m["prune_seconds"] / n_layers,
+                )
+            )
             if method == "attention-gd":
                 gd_runs.append((s, res["run_id"]))
-            print(f"  {method} {s:.0%}: held-out attention error {m['attn_fro_rel_heldout']:.4f}, "
-                  f"ppl {m['ppl']:.3f}", flush=True)  # fmt: skip
+            print(
+                f"  {method} {s:.0%}: held-out attention error {m['attn_fro_rel_heldout']:.4f}, "
+                f"ppl {m['ppl']:.3f}",
+                flush=True,
+            )
     dense_ppl = m["dense_ppl"]
 
     print()
-    print(f"model {args.model}; q_proj/k_proj pruned only; calibration C4 train head "
-          f"{args.nsamples} x {args.seqlen} (seed 0); held-out C4 validation "
-          f"({args.max_windows} windows of {args.seqlen}); dense ppl {dense_ppl:.3f}")  # fmt: skip
+    print(
+        f"model {args.model}; q_proj/k_proj pruned only; calibration C4 train head "
+        f"{args.nsamples} x {args.seqlen} (seed 0); held-out C4 validation "
+        f"({args.max_windows} windows of {args.seqlen}); dense ppl {dense_ppl:.3f}"
+    )
     if gd_opts:
         print(f"attention-gd options: {dict(gd_opts)}")
-    head = (f"{'sparsity':>8}  {'method':<14}{'attn err calib':>15}{'attn err held':>15}"
-            f"{'TV max held':>13}{'ppl':>10}{'s/layer':>9}")  # fmt: skip
+    head = (
+        f"{'sparsity':>8}  {'method':<14}{'attn err calib':>15}{'attn err held':>15}"
+        f"{'TV max held':>13}{'ppl':>10}{'s/layer':>9}"
+    )
     print(head)
     print("-" * len(head))
     for s, method, ec, eh, tv, ppl, spl in rows:
@@ -118,15 +134,21 @@ def main() -> None:
     lm.model.to("cpu").float()
     t_cf, t_ag, rel = gradient_timing(lm, calib_ids, layer, min(args.nsamples, 8))
     print()
-    print(f"gradient on layer {layer}, GQA group 0 ({lm.adapter.n_heads // lm.adapter.n_kv_heads} "
-          f"query heads), {min(args.nsamples, 8)} x {args.seqlen} tokens, float32:")  # fmt: skip
-    print(f"  closed form {t_cf:.3f} s, autograd {t_ag:.3f} s (x{t_ag / t_cf:.1f}); "
-          f"relative difference {rel:.2e}")  # fmt: skip
+    print(
+        f"gradient on layer {layer}, GQA group 0 ({lm.adapter.n_heads // lm.adapter.n_kv_heads} "
+        f"query heads), {min(args.nsamples, 8)} x {args.seqlen} tokens, float32:"
+    )
+    print(
+        f"  closed form {t_cf:.3f} s, autograd {t_ag:.3f} s (x{t_ag / t_cf:.1f}); "
+        f"relative difference {rel:.2e}"
+    )
 
     print()
     print("GD assumption checks (per head / key matrix, over the trajectory):")
-    print(f"{'sparsity':>8}{'L_hat min':>12}{'L_hat max':>12}{'mu min':>12}{'mu max':>12}"
-          f"{'as_predicted':>14}")  # fmt: skip
+    print(
+        f"{'sparsity':>8}{'L_hat min':>12}{'L_hat max':>12}{'mu min':>12}{'mu max':>12}"
+        f"{'as_predicted':>14}"
+    )
     for s, run_id in gd_runs:
         traj = store.load(run_id).table("gd_trajectory")
         per = traj[traj["matrix"] != "group"].groupby(["layer", "group", "matrix", "head"])

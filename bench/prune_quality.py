@@ -37,8 +37,13 @@ CONFIGS: list[tuple[str, list[str]]] = [
 
 
 def run_cli(argv: list[str], env: dict[str, str]) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "core", *argv, "--json", "--quiet"], cwd=ROOT,
-                          env=env, capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "core", *argv, "--json", "--quiet"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"failed: {' '.join(argv)}\n{proc.stderr}")
     return json.loads(proc.stdout)
@@ -54,25 +59,53 @@ def main() -> None:
     evalargs = [*common, "--max-windows", str(args.max_windows)]
     dense = run_cli(["eval", *evalargs, "--dataset", "wikitext2"], env)["metrics"]
     rows = [{"name": "dense", "ppl": dense["ppl"]}]
-    print(f"dense perplexity {dense['ppl']:.3f} ({dense['n_windows']} windows x {args.seqlen})",
-          flush=True)  # fmt: skip
+    print(
+        f"dense perplexity {dense['ppl']:.3f} ({dense['n_windows']} windows x {args.seqlen})",
+        flush=True,
+    )
     for name, extra in CONFIGS:
         if args.only and name not in args.only:
             continue
-        m = run_cli(["prune", *evalargs, "--eval", "wikitext2", "--calib", "c4",
-                     "--nsamples", str(args.nsamples), "--seed", "0", *extra], env)["metrics"]  # fmt: skip
+        m = run_cli(
+            [
+                "prune",
+                *evalargs,
+                "--eval",
+                "wikitext2",
+                "--calib",
+                "c4",
+                "--nsamples",
+                str(args.nsamples),
+                "--seed",
+                "0",
+                *extra,
+            ],
+            env,
+        )["metrics"]
         rows.append({"name": name, **m})
         print(f"  {name}: ppl {m['ppl']:.3f}", flush=True)
 
     print()
-    print(f"model {args.model}; calibration C4 train head {args.nsamples} x {args.seqlen} (seed 0); "
-          f"eval WikiText-2 test, first {args.max_windows} windows of {args.seqlen}")  # fmt: skip
-    cols = [("ppl", 10, ".3f"), ("prune_seconds", 9, ".1f"), ("prune_peak_rss_mb", 10, ".0f"),
-            ("memory_budget_mb", 10, ".0f"), ("over_budget_mb", 9, "+.0f"),
-            ("achieved_sparsity", 10, ".4f")]  # fmt: skip
-    names = {"ppl": "ppl", "prune_seconds": "prune s", "prune_peak_rss_mb": "peak MB",
-             "memory_budget_mb": "budget MB", "over_budget_mb": "margin",
-             "achieved_sparsity": "sparsity"}  # fmt: skip
+    print(
+        f"model {args.model}; calibration C4 train head {args.nsamples} x {args.seqlen} (seed 0); "
+        f"eval WikiText-2 test, first {args.max_windows} windows of {args.seqlen}"
+    )
+    cols = [
+        ("ppl", 10, ".3f"),
+        ("prune_seconds", 9, ".1f"),
+        ("prune_peak_rss_mb", 10, ".0f"),
+        ("memory_budget_mb", 10, ".0f"),
+        ("over_budget_mb", 9, "+.0f"),
+        ("achieved_sparsity", 10, ".4f"),
+    ]
+    names = {
+        "ppl": "ppl",
+        "prune_seconds": "prune s",
+        "prune_peak_rss_mb": "peak MB",
+        "memory_budget_mb": "budget MB",
+        "over_budget_mb": "margin",
+        "achieved_sparsity": "sparsity",
+    }
     head = f"{'configuration':<20}" + "".join(f"{names[c]:>{w}}" for c, w, _ in cols)
     print(head)
     print("-" * len(head))
@@ -81,10 +114,12 @@ def main() -> None:
         print(f"{r['name']:<20}{cells}")
     last = rows[-1]
     if "memory_budget_mb" in last:
-        print(f"budget = process with the model loaded and its weights resident "
-              f"({last['loaded_rss_mb']:.0f} MB, of which weights {last['weight_mb']:.0f}) + "
-              f"calibration activations ({last['calib_buffers_mb']:.0f}) + attention probes "
-              f"({last['analysis_buffers_mb']:.0f}); margin = peak - budget")  # fmt: skip
+        print(
+            f"budget = process with the model loaded and its weights resident "
+            f"({last['loaded_rss_mb']:.0f} MB, of which weights {last['weight_mb']:.0f}) + "
+            f"calibration activations ({last['calib_buffers_mb']:.0f}) + attention probes "
+            f"({last['analysis_buffers_mb']:.0f}); margin = peak - budget"
+        )
 
 
 if __name__ == "__main__":

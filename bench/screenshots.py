@@ -3,10 +3,9 @@
     python bench/screenshots.py                       # runs + screenshots -> docs/screenshots/
     python bench/screenshots.py --store ~/ps --skip-runs --out /tmp/shots
 
-Fills a results store with a few runs of ``--model`` (default smollm2-135m) using the Prune
-page's CPU-friendly defaults (16×256 calibration, 16 windows of 256), plus a SliceGPT sweep
-when the CLI has the ``sweep`` command, then serves the app on that store and photographs
-every page in Debian's Chromium. Runs already in the store are reused (same config, same id).
+Fills a results store with a few runs of ``--model`` (default smollm2-135m) using the 'quick'
+preset of core.fields (the app's choice on a CPU), plus a SliceGPT sweep, then serves the app
+on that store and photographs every page in Debian's Chromium. Runs already in the store are reused (same config, same id).
 On a CPU this takes 15-25 minutes.
 """
 
@@ -21,6 +20,8 @@ from pathlib import Path
 
 from appserver import PAGES, ROOT, chromium_page, fit_viewport, open_page, streamlit_server
 
+from core.fields import PRESETS, command_fields
+
 log = logging.getLogger("screenshots")
 
 # (method, sparsity, pattern, targets, options); the last prune run is what pages open on.
@@ -32,7 +33,7 @@ RUNS = [
     ("wanda", 0.3, "unstructured", "all", []),
     ("wanda", 0.5, "unstructured", "all", []),
 ]
-FAST = {"nsamples": "16", "seqlen": "256", "calib_seqlen": "256", "max_windows": "16"}
+FAST = {k: str(v) for k, v in PRESETS["quick"].items()}
 
 
 def data_args() -> list[str]:
@@ -54,20 +55,28 @@ def fill_store(store: Path, model: str) -> None:
     fast = [a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", v)]
     for method, sparsity, pattern, targets, options in RUNS:
         opts = [a for o in options for a in ("--option", o)]
-        core_cli(store, "prune", "--model", model, "--method", method, "--sparsity", str(sparsity),
-                 "--pattern", pattern, "--targets", targets, *opts, *fast, *data_args())  # fmt: skip
+        core_cli(
+            store,
+            "prune",
+            "--model",
+            model,
+            "--method",
+            method,
+            "--sparsity",
+            str(sparsity),
+            "--pattern",
+            pattern,
+            "--targets",
+            targets,
+            *opts,
+            *fast,
+            *data_args(),
+        )
 
 
 def sweep(store: Path, model: str) -> None:
-    """A SliceGPT sweep with the fast settings the sweep command accepts, if it exists."""
-    from core import jobs
-
-    if "sweep" not in jobs.cli_commands():
-        log.warning(
-            "the CLI has no sweep command: the Representation dimension page shows no sweep"
-        )
-        return
-    keys = {o.key for o in jobs.cli_options("sweep")}
+    """A SliceGPT sweep with the fast settings the sweep command accepts."""
+    keys = {f.name for f in command_fields("sweep")}
     fast = [a for k, v in FAST.items() if k in keys for a in (f"--{k.replace('_', '-')}", v)]
     core_cli(store, "sweep", "--model", model, *fast)
 

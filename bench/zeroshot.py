@@ -27,7 +27,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, ZeroShotConfig
-    from core.slicing import run_sweep
+    from core.runs import run_sweep
 
     data_dir = str(Path(args.data_dir).resolve())
     store = open_store(args, "zeroshot-")
@@ -46,15 +46,20 @@ def main() -> None:
     table = run.table("sweep")
     m = sweep["metrics"]
 
-    print(f"model {args.model} (float32); SliceGPT calibrated on WikiText-2 train "
-          f"{args.nsamples} x {args.seqlen} (seed 42); zero-shot: first {args.limit} items "
-          f"per task from {data_dir}/tasks, lm-evaluation-harness scoring")  # fmt: skip
+    print(
+        f"model {args.model} (float32); SliceGPT calibrated on WikiText-2 train "
+        f"{args.nsamples} x {args.seqlen} (seed 42); zero-shot: first {args.limit} items "
+        f"per task from {data_dir}/tasks, lm-evaluation-harness scoring"
+    )
     print(f"sweep run {sweep['run_id']}; wall time {wall:.0f} s")
     print()
     first = acc[acc["s"] == 0.0]
     labels = dict(zip(first["task"], first["label"], strict=True))
-    print(f"{'s':>5}{'d_prime':>9}{'ppl':>10}  " + "".join(f"{labels[t][:13]:>14}" for t in zs.tasks)
-          + f"{'mean acc':>10}")  # fmt: skip
+    print(
+        f"{'s':>5}{'d_prime':>9}{'ppl':>10}  "
+        + "".join(f"{labels[t][:13]:>14}" for t in zs.tasks)
+        + f"{'mean acc':>10}"
+    )
     ppl = {0.0: m["ppl0"], **dict(zip(table["s"], table["ppl"], strict=True))}
     for s, group in acc.groupby("s", sort=True):
         by_task = {r.task: r for r in group.itertuples()}
@@ -67,23 +72,33 @@ def main() -> None:
                 else "  -  "
             )
             cells += f"{r.acc:>8.3f}/{norm}"
-        print(f"{s:>5.2f}{int(group['d_prime'].iloc[0]):>9}{ppl[s]:>10.3f}  {cells}"
-              f"{group['acc'].mean():>10.4f}")  # fmt: skip
-    print("cells: acc/acc_norm (WinoGrande and BoolQ: acc only, as lm-eval reports them); mean "
-          f"standard error of one acc at n={args.limit}: {acc['acc_stderr'].mean():.3f}")  # fmt: skip
+        print(
+            f"{s:>5.2f}{int(group['d_prime'].iloc[0]):>9}{ppl[s]:>10.3f}  {cells}"
+            f"{group['acc'].mean():>10.4f}"
+        )
+    print(
+        "cells: acc/acc_norm (WinoGrande and BoolQ: acc only, as lm-eval reports them); mean "
+        f"standard error of one acc at n={args.limit}: {acc['acc_stderr'].mean():.3f}"
+    )
     if "hellaswag" in zs.tasks:
         print("HellaSwag: llama.cpp text extraction (ctx_b not capitalised), close to lm-eval's")
     print()
     print("Paper A (A2): ln(acc/acc0) ∝ (1 - s)")
-    print(f"{'task':<16}{'kappa':>8}{'c':>8}{'R2':>7}{'held':>6}   {'kappa_ch':>9}{'R2_ch':>7}"
-          f"{'held':>6}")  # fmt: skip
+    print(
+        f"{'task':<16}{'kappa':>8}{'c':>8}{'R2':>7}{'held':>6}   {'kappa_ch':>9}{'R2_ch':>7}"
+        f"{'held':>6}"
+    )
     for r in fits.itertuples():
-        print(f"{r.label[:15]:<16}{r.kappa:>8.3f}{r.intercept:>8.3f}{r.r2:>7.3f}"
-              f"{'yes' if r.held else 'no':>6}   {r.kappa_chance:>9.3f}{r.r2_chance:>7.3f}"
-              f"{'yes' if r.held_chance else 'no':>6}")  # fmt: skip
-    print("dense reading: ln(acc/acc_dense) = kappa(1-s) + c with the dense point; "
-          "chance reading: ln(acc/chance) = kappa_ch(1-s) through the origin; held: R2 >= 0.9, "
-          "kappa > 0")  # fmt: skip
+        print(
+            f"{r.label[:15]:<16}{r.kappa:>8.3f}{r.intercept:>8.3f}{r.r2:>7.3f}"
+            f"{'yes' if r.held else 'no':>6}   {r.kappa_chance:>9.3f}{r.r2_chance:>7.3f}"
+            f"{'yes' if r.held_chance else 'no':>6}"
+        )
+    print(
+        "dense reading: ln(acc/acc_dense) = kappa(1-s) + c with the dense point; "
+        "chance reading: ln(acc/chance) = kappa_ch(1-s) through the origin; held: R2 >= 0.9, "
+        "kappa > 0"
+    )
 
 
 if __name__ == "__main__":

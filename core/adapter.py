@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from core.errors import ModelLoadError
+from core.errors import ConfigError, ModelLoadError
 
 # role -> attribute path inside one decoder layer (Llama naming, shared by most HF decoders).
 ROLE_PATHS: dict[str, str] = {
@@ -45,8 +45,6 @@ def resolve_roles(targets: str) -> tuple[str, ...]:
     roles = tuple(r.strip() for r in targets.split(",") if r.strip())
     bad = [r for r in roles if r not in ROLE_PATHS]
     if bad or not roles:
-        from core.errors import ConfigError
-
         raise ConfigError(
             f"unknown linear role(s) {bad or targets!r}; use one of {sorted(ROLE_GROUPS)} "
             f"or a comma list of {list(ROLES)}"
@@ -106,14 +104,6 @@ class ModelAdapter:
     def linears(self, layer: nn.Module, roles: tuple[str, ...] = ROLES) -> dict[str, nn.Linear]:
         """role -> nn.Linear of one decoder layer, in canonical order."""
         return {r: _get(layer, ROLE_PATHS[r]) for r in roles}  # type: ignore[misc]
-
-    @staticmethod
-    def input_norm(layer: nn.Module) -> nn.Module:
-        return layer.input_layernorm
-
-    @staticmethod
-    def post_attention_norm(layer: nn.Module) -> nn.Module:
-        return layer.post_attention_layernorm
 
     # ---- geometry --------------------------------------------------------------------
     @property

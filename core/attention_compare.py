@@ -35,9 +35,13 @@ class AttentionProbe:
     @classmethod
     @torch.no_grad()
     def capture(
-        cls, adapter: ModelAdapter, ids: torch.Tensor, name: str, device,
+        cls,
+        adapter: ModelAdapter,
+        ids: torch.Tensor,
+        name: str,
+        device,
         dense: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
-    ) -> AttentionProbe:  # fmt: skip
+    ) -> AttentionProbe:
         """Run the (still dense) model on ids (N, L) and keep every layer's q_proj input.
         ``dense``: another probe's dense W_Q/W_K of the same model, shared instead of cloned."""
         X: list[list[torch.Tensor]] = [[] for _ in range(adapter.n_layers)]
@@ -82,8 +86,14 @@ class AttentionProbe:
             P_new = attention_probs(self.X[i], Wq, Wk, *geo, causal=causal, rope=self.rope)
             err = attention_errors(P, P_new)
             for h in range(adapter.n_heads):
-                rows.append({"text": self.name, "layer": i, "head": h,
-                             **{k: float(v[h]) for k, v in err.items()}})  # fmt: skip
+                rows.append(
+                    {
+                        "text": self.name,
+                        "layer": i,
+                        "head": h,
+                        **{k: float(v[h]) for k, v in err.items()},
+                    }
+                )
         return rows
 
 

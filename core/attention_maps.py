@@ -21,6 +21,7 @@ from core.attention import attention_errors, attention_probs
 from core.config import ModelSpec
 from core.errors import ConfigError
 from core.models import LoadedModel
+from core.runs.resources import get_model
 from core.store import Run
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,6 @@ class PromptInput:
 
 def pristine_model(run: Run) -> LoadedModel:
     """The unpruned model of a run, on the CPU in float32 (cached once per process)."""
-    from core.pipeline import get_model
-
     m = run.config.get("model") or {}
     spec = ModelSpec(
         m.get("name", run.record.model or ""),

@@ -12,7 +12,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.adapter import resolve_roles
 from core.errors import ConfigError
+from core.masks import parse_pattern
+from core.zeroshot_tasks import parse_tasks
 
 DATASETS = ("wikitext2", "c4", "pydoc")  # plus "file:<path>" for any text/jsonl file
 
@@ -94,11 +97,7 @@ class PruneConfig:
         _check(self.allocation in ("uniform", "owl"), f"unknown allocation {self.allocation!r}")
         _check(self.owl_lambda >= 0 and self.owl_m > 0, "OWL needs lambda >= 0 and M > 0")
         if self.pattern != "unstructured":
-            from core.masks import parse_pattern
-
             parse_pattern(self.pattern)  # raises ConfigError on a bad N:M
-        from core.adapter import resolve_roles
-
         resolve_roles(self.targets)
 
 
@@ -107,18 +106,24 @@ class ZeroShotConfig:
     """Zero-shot multiple-choice evaluation (core.zeroshot): which tasks, the first ``limit``
     items of each (None: all), task files under data_dir/tasks (None: the hub)."""
 
-    tasks: tuple[str, ...] = ("piqa", "hellaswag", "arc_easy", "arc_challenge", "winogrande",
-                              "boolq")  # fmt: skip
+    tasks: tuple[str, ...] = (
+        "piqa",
+        "hellaswag",
+        "arc_easy",
+        "arc_challenge",
+        "winogrande",
+        "boolq",
+    )
     limit: int | None = None
     data_dir: str | None = None
     batch_size: int = 8
 
     def __post_init__(self) -> None:
-        from core.zeroshot import parse_tasks
-
         object.__setattr__(self, "tasks", parse_tasks(self.tasks))
-        _check(self.limit is None or self.limit >= 1,
-               f"limit must be >= 1 item per task (omit it for all items), got {self.limit}")  # fmt: skip
+        _check(
+            self.limit is None or self.limit >= 1,
+            f"limit must be >= 1 item per task (omit it for all items), got {self.limit}",
+        )
         _check(self.batch_size >= 1, "batch size must be >= 1")
 
 

@@ -25,12 +25,15 @@ log = logging.getLogger(__name__)
 
 # Files of the shared/data layout, relative to the data dir.
 LOCAL_FILES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("wikitext2", "test"): ("wikitext-2-raw/wikitext-2-raw-v1.test.jsonl", "wikitext-2-raw/wiki.test.raw"),
+    ("wikitext2", "test"): (
+        "wikitext-2-raw/wikitext-2-raw-v1.test.jsonl",
+        "wikitext-2-raw/wiki.test.raw",
+    ),
     ("wikitext2", "train"): ("wikitext-2-raw/wiki.train.raw.head-nonblank-1MB.txt",),
     ("c4", "validation"): ("c4/c4-validation.00000-of-00008.head1025.jsonl",),
     ("c4", "test"): ("c4/c4-validation.00000-of-00008.head1025.jsonl",),
     ("c4", "train"): ("c4/c4-train.00000-of-01024.head1041.jsonl",),
-}  # fmt: skip
+}
 C4_EVAL_DOCS = 1100  # SparseGPT/Wanda c4 eval: " ".join(first 1100 validation docs)
 C4_EVAL_WINDOWS = 256  # ... truncated to 256 windows
 
@@ -120,8 +123,11 @@ def _hub_corpus(spec: DataSpec) -> Corpus:
                 "wikitext2", spec.split, tuple(ds["text"]), "\n\n", "hf:wikitext-2-raw-v1", True
             )
         split = "train" if spec.split == "train" else "validation"
-        shard = ("en/c4-train.00000-of-01024.json.gz" if split == "train"
-                 else "en/c4-validation.00000-of-00008.json.gz")  # fmt: skip
+        shard = (
+            "en/c4-train.00000-of-01024.json.gz"
+            if split == "train"
+            else "en/c4-validation.00000-of-00008.json.gz"
+        )
         ds = datasets.load_dataset("allenai/c4", data_files={split: shard}, split=split)
         docs = ds["text"] if split == "train" else ds["text"][:C4_EVAL_DOCS]
         return Corpus("c4", spec.split, tuple(docs), " ", f"hf:allenai/c4 {shard}", True)
@@ -139,8 +145,14 @@ def _pydoc_corpus(split: str) -> Corpus:
     # Several keys share one section: deduplicate, then hold out every 5th for evaluation.
     sections = list(dict.fromkeys(topics[k] for k in sorted(topics)))
     docs = tuple(t for i, t in enumerate(sections) if (i % 5 == 0) == (split != "train"))
-    return Corpus("pydoc", split, docs, "\n\n", "stdlib pydoc_data.topics (offline; not comparable "
-                  "with published WikiText-2/C4 figures)", comparable=False)  # fmt: skip
+    return Corpus(
+        "pydoc",
+        split,
+        docs,
+        "\n\n",
+        "stdlib pydoc_data.topics (offline; not comparable with published WikiText-2/C4 figures)",
+        comparable=False,
+    )
 
 
 def _file_corpus(path: Path, split: str) -> Corpus:

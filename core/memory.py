@@ -109,12 +109,20 @@ def weight_mb(model: nn.Module) -> float:
 
 
 def phase_report(
-    peak_mb: float, loaded_mb: float | None, weights_mb: float, calib_mb: float,
+    peak_mb: float,
+    loaded_mb: float | None,
+    weights_mb: float,
+    calib_mb: float,
     analysis_mb: float = 0.0,
-) -> dict[str, float]:  # fmt: skip
+) -> dict[str, float]:
     """The pruning phase's peak beside its budget; ``over_budget_mb`` is the margin used."""
     budget = (loaded_mb or 0.0) + calib_mb + analysis_mb
-    return {"prune_peak_rss_mb": peak_mb, "loaded_rss_mb": loaded_mb or 0.0,
-            "weight_mb": weights_mb, "calib_buffers_mb": calib_mb,
-            "analysis_buffers_mb": analysis_mb, "memory_budget_mb": budget,
-            "over_budget_mb": peak_mb - budget}  # fmt: skip
+    return {
+        "prune_peak_rss_mb": peak_mb,
+        "loaded_rss_mb": loaded_mb or 0.0,
+        "weight_mb": weights_mb,
+        "calib_buffers_mb": calib_mb,
+        "analysis_buffers_mb": analysis_mb,
+        "memory_budget_mb": budget,
+        "over_budget_mb": peak_mb - budget,
+    }

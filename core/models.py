@@ -20,10 +20,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from platformdirs import user_cache_dir
+from tokenizers import Tokenizer, decoders, pre_tokenizers
+from tokenizers import models as tok_models
 from torch import nn
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 from core.adapter import ModelAdapter
-from core.errors import ModelLoadError
+from core.errors import ConfigError, ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +44,21 @@ _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # name -> LlamaConfig overrides for the tiny random models (GQA by default).
 TINY_MODELS: dict[str, dict[str, int]] = {
-    "tiny-llama": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                       num_attention_heads=4, num_key_value_heads=2),
-    "tiny-llama-mha": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=4),
-}  # fmt: skip
+    "tiny-llama": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
+    "tiny-llama-mha": dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+    ),
+}
 TINY_VOCAB = 260  # 256 bytes + end-of-text + padding to a round number
 TINY_CONTEXT = 1024
 
@@ -59,14 +80,30 @@ def cache_dir() -> Path:
     env = os.environ.get("PRUNESCOPE_CACHE")
     if env:
         return Path(env)
-    from platformdirs import user_cache_dir
-
     return Path(user_cache_dir("prunescope"))
 
 
 def available_models() -> list[str]:
     """Names the app offers out of the box, embedded default first."""
     return [EMBEDDED_MODEL, *TINY_MODELS]
+
+
+def check_model_name(name: str) -> None:
+    """Reject a model name that looks like a local path but is not a folder.
+
+    Embedded names and Hugging Face ids pass; the job reports a missing Hub model.
+    """
+    name = name.strip()
+    if not name:
+        raise ConfigError("model name is empty")
+    if name in available_models():
+        return
+    path = Path(name).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{name!r} is a file; give a model folder or a Hugging Face id")
+    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
+    if looks_local and not path.is_dir():
+        raise ConfigError(f"model folder {name!r} does not exist")
 
 
 def load_model(
@@ -95,13 +132,10 @@ def load_model(
 # ---- tiny random models -------------------------------------------------------------------
 def byte_tokenizer():
     """A byte-level tokenizer (one token per UTF-8 byte, no merges) built in memory."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab = {ch: i for i, ch in enumerate(alphabet)}
     vocab["<|endoftext|>"] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok = Tokenizer(tok_models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(
@@ -109,18 +143,43 @@ def byte_tokenizer():
     )
 
 
+def tiny_config(name: str = "tiny-llama", **overrides):
+    """The LlamaConfig of a tiny random model (its geometry, without building weights)."""
+    kw = dict(
+        TINY_MODELS[name],
+        vocab_size=TINY_VOCAB,
+        max_position_embeddings=TINY_CONTEXT,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-6,
+        attn_implementation="eager",
+    )
+    kw.update(overrides)
+    return LlamaConfig(**kw)
+
+
 def build_tiny_model(name: str = "tiny-llama", seed: int = 0, dtype=torch.float32, **overrides):
     """A seeded random LlamaForCausalLM (weights std 0.02 as HF initialises them)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    kw = dict(TINY_MODELS[name], vocab_size=TINY_VOCAB, max_position_embeddings=TINY_CONTEXT,
-              tie_word_embeddings=False, rms_norm_eps=1e-6, attn_implementation="eager")  # fmt: skip
-    kw.update(overrides)
-    config = LlamaConfig(**kw)
+    config = tiny_config(name, **overrides)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
     return model.to(dtype)
+
+
+def model_config(name: str, trust_remote_code: bool = False, revision: str | None = None):
+    """The transformers config of a model, read without loading any weight: the tiny models'
+    own, the embedded model's converted ``config.json`` (its GGUF header before the first
+    conversion), else ``AutoConfig`` on the folder or Hub id. Raises ModelLoadError with the
+    same messages as ``load_model``."""
+    if name in TINY_MODELS:
+        return tiny_config(name)
+    if name == EMBEDDED_MODEL:
+        target = _embedded_cache()
+        if (target / "config.json").is_file():
+            return AutoConfig.from_pretrained(target)
+        gguf = embedded_gguf_path()
+        return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    return _pretrained_config(name, trust_remote_code, revision)
 
 
 # ---- embedded GGUF model ----------------------------------------------------------------
@@ -144,8 +203,6 @@ def _embedded_cache() -> Path:
 
 
 def _load_embedded(dtype: torch.dtype):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     target = _embedded_cache()
     if not (target / "config.json").is_file():
         convert_embedded(target)
@@ -155,8 +212,6 @@ def _load_embedded(dtype: torch.dtype):
 
 def convert_embedded(target: Path) -> None:
     """Dequantize the GGUF file once and save a safetensors copy (atomically) at target."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     gguf = embedded_gguf_path()
     log.info("converting %s to safetensors (one-off, ~20 s)", gguf.name)
     model = AutoModelForCausalLM.from_pretrained(
@@ -180,9 +235,8 @@ def convert_embedded(target: Path) -> None:
 
 
 # ---- Hugging Face / local -------------------------------------------------------------------
-def _load_pretrained(name: str, dtype, trust_remote_code: bool, revision: str | None):
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
+def _pretrained_config(name: str, trust_remote_code: bool, revision: str | None):
+    """AutoConfig of a local folder or Hub id; ModelLoadError unless it is a causal LM."""
     local = Path(name).expanduser()
     if local.exists() and not local.is_dir():
         raise ModelLoadError(f"{name!r} is a file; give a model folder or a Hugging Face id")
@@ -191,10 +245,14 @@ def _load_pretrained(name: str, dtype, trust_remote_code: bool, revision: str | 
             name, revision=revision, trust_remote_code=trust_remote_code
         )
     except (OSError, ValueError) as exc:
-        hint = "" if local.exists() else (
-            f"; it is not an embedded model ({', '.join(available_models())}), not a local "
-            "folder, and the Hugging Face Hub could not provide it (offline?)"
-        )  # fmt: skip
+        hint = (
+            ""
+            if local.exists()
+            else (
+                f"; it is not an embedded model ({', '.join(available_models())}), not a local "
+                "folder, and the Hugging Face Hub could not provide it (offline?)"
+            )
+        )
         raise ModelLoadError(f"model {name!r} not found{hint}: {str(exc).splitlines()[0]}") from exc
     archs = getattr(config, "architectures", None) or []
     if archs and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
@@ -202,11 +260,20 @@ def _load_pretrained(name: str, dtype, trust_remote_code: bool, revision: str | 
             f"model {name!r} ({', '.join(archs)}) is not a causal language model; "
             "PruneScope prunes decoder-only causal LMs"
         )
+    return config
+
+
+def _load_pretrained(name: str, dtype, trust_remote_code: bool, revision: str | None):
+    config = _pretrained_config(name, trust_remote_code, revision)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            name, config=config, revision=revision, dtype=dtype,
-            trust_remote_code=trust_remote_code, use_safetensors=None,
-        )  # fmt: skip
+            name,
+            config=config,
+            revision=revision,
+            dtype=dtype,
+            trust_remote_code=trust_remote_code,
+            use_safetensors=None,
+        )
     except ValueError as exc:
         if "Unrecognized configuration class" in str(exc) or "AutoModelForCausalLM" in str(exc):
             raise ModelLoadError(

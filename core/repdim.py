@@ -87,11 +87,18 @@ def relation_fit(
         s_eff = s if d_sliced is None else 1.0 - d_sliced / d
         s_used = s_eff if use_effective else s
         predicted = predicted_ppl(ppl0, s_used)
-        rows.append({
-            "s": float(s), "s_eff": float(s_eff), "d_sliced": d_sliced, "measured": float(ppl),
-            "predicted": predicted, "rel_error": (predicted - ppl) / ppl,
-            "ratio": log0 / _log_ppl(ppl, "perplexity"), "x": 1.0 - s_used,
-        })  # fmt: skip
+        rows.append(
+            {
+                "s": float(s),
+                "s_eff": float(s_eff),
+                "d_sliced": d_sliced,
+                "measured": float(ppl),
+                "predicted": predicted,
+                "rel_error": (predicted - ppl) / ppl,
+                "ratio": log0 / _log_ppl(ppl, "perplexity"),
+                "x": 1.0 - s_used,
+            }
+        )
     a, b, r2 = linear_fit([r["x"] for r in rows], [r["ratio"] for r in rows])
     for row in rows:
         fitted = a * row.pop("x") + b
@@ -124,8 +131,10 @@ def accuracy_relation(
         raise ConfigError(f"{len(s_values)} sparsities but {len(acc_values)} accuracies")
     pts = [(0.0, float(acc0))] + [(float(s), float(a)) for s, a in zip(s_values, acc_values)]  # noqa: B905
     if any(not 0 <= a <= 1 for _, a in pts) or not 0 < chance < 1:
-        raise ConfigError(f"accuracies must be in [0, 1] and chance in (0, 1); got "
-                          f"{[a for _, a in pts]}, chance={chance}")  # fmt: skip
+        raise ConfigError(
+            f"accuracies must be in [0, 1] and chance in (0, 1); got "
+            f"{[a for _, a in pts]}, chance={chance}"
+        )
     # ln 0 is undefined: 0% points are left out (all of them when the dense model scores 0)
     usable = [(s, a) for s, a in pts if a > 0] if acc0 > 0 else []
     x = [1.0 - s for s, _ in usable]
@@ -144,19 +153,28 @@ def accuracy_relation(
     rows = []
     for s, a in pts:
         xi = 1.0 - s
-        rows.append({
-            "s": s, "acc": a, "ln_ratio": math.log(a / acc0) if a > 0 < acc0 else math.nan,
-            "predicted": acc0 * math.exp(kappa * xi + c) if math.isfinite(kappa) else math.nan,
-            "predicted_chance": chance * math.exp(kappa_ch * xi),
-        })  # fmt: skip
+        rows.append(
+            {
+                "s": s,
+                "acc": a,
+                "ln_ratio": math.log(a / acc0) if a > 0 < acc0 else math.nan,
+                "predicted": acc0 * math.exp(kappa * xi + c) if math.isfinite(kappa) else math.nan,
+                "predicted_chance": chance * math.exp(kappa_ch * xi),
+            }
+        )
     return {
-        "acc0": float(acc0), "chance": float(chance), "n_points": len(usable),
-        "kappa": kappa, "intercept": c, "r2": r2,
+        "acc0": float(acc0),
+        "chance": float(chance),
+        "n_points": len(usable),
+        "kappa": kappa,
+        "intercept": c,
+        "r2": r2,
         "held": bool(math.isfinite(r2) and r2 >= HELD_R2 and kappa > 0),
-        "kappa_chance": kappa_ch, "r2_chance": r2_ch,
+        "kappa_chance": kappa_ch,
+        "r2_chance": r2_ch,
         "held_chance": bool(math.isfinite(r2_ch) and r2_ch >= HELD_R2 and kappa_ch > 0),
         "rows": rows,
-    }  # fmt: skip
+    }
 
 
 def effective_relation(ppl0: float, d: float, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -179,10 +197,16 @@ def effective_relation(ppl0: float, d: float, rows: Iterable[Mapping[str, Any]])
         if not d_eff > 0:
             raise ConfigError(f"effective dimension must be > 0, got {d_eff}")
         predicted = math.exp(log0 * d / d_eff)
-        out_rows.append({
-            **row, "measured": ppl, "predicted": predicted, "rel_error": (predicted - ppl) / ppl,
-            "ratio": log0 / _log_ppl(ppl, "perplexity"), "dim_ratio": d_eff / d,
-        })  # fmt: skip
+        out_rows.append(
+            {
+                **row,
+                "measured": ppl,
+                "predicted": predicted,
+                "rel_error": (predicted - ppl) / ppl,
+                "ratio": log0 / _log_ppl(ppl, "perplexity"),
+                "dim_ratio": d_eff / d,
+            }
+        )
     if not out_rows:
         raise ConfigError("effective_relation needs at least one run")
     a, b, r2 = linear_fit([r["dim_ratio"] for r in out_rows], [r["ratio"] for r in out_rows])

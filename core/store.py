@@ -20,11 +20,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import platform
 import shutil
 import socket
 import sqlite3
-import subprocess
 import time
 import uuid
 from dataclasses import dataclass
@@ -33,13 +31,15 @@ from typing import Any
 
 import pandas as pd
 import torch
+from platformdirs import user_data_dir
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from core.config import RunConfig
 from core.errors import StoreError
 
 log = logging.getLogger(__name__)
 
-STATUSES = ("running", "done", "failed", "cancelled", "interrupted")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL,
@@ -53,43 +53,7 @@ def default_root() -> Path:
     env = os.environ.get("PRUNESCOPE_HOME")
     if env:
         return Path(env).expanduser()
-    from platformdirs import user_data_dir
-
     return Path(user_data_dir("prunescope"))
-
-
-def environment_record(device: torch.device | str | None = None) -> dict[str, Any]:
-    """What produced a run: versions, device, host, project commit."""
-    import transformers
-
-    from core.device import describe_device
-
-    rec: dict[str, Any] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "platform": platform.platform(),
-        "host": socket.gethostname(),
-        "cpu_threads": torch.get_num_threads(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    if device is not None:
-        rec["device"] = describe_device(torch.device(device))
-    try:
-        here = Path(__file__).resolve().parent
-        rec["git_commit"] = (
-            subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"],
-                cwd=here,
-                capture_output=True,
-                text=True,
-                timeout=5,
-            ).stdout.strip()
-            or None
-        )
-    except (OSError, subprocess.SubprocessError):
-        rec["git_commit"] = None
-    return rec
 
 
 def pid_alive(pid: int | None, host: str | None) -> bool:
@@ -219,8 +183,11 @@ class RunStore:
         if not rows:
             rows = self._query("SELECT * FROM runs WHERE id LIKE ?", (run_id + "%",))
             if len(rows) != 1:
-                raise StoreError(f"no run {run_id!r} in {self.root}" if not rows else
-                                 f"run id prefix {run_id!r} is ambiguous")  # fmt: skip
+                raise StoreError(
+                    f"no run {run_id!r} in {self.root}"
+                    if not rows
+                    else f"run id prefix {run_id!r} is ambiguous"
+                )
         return RunRecord.from_row(rows[0])
 
     def list(self, kind: str | None = None, status: str | None = None) -> list[RunRecord]:
@@ -276,10 +243,22 @@ class RunStore:
         self._query(
             "INSERT OR REPLACE INTO runs (id, kind, status, created, model, method, sparsity, pattern,"
             " dataset, summary, config, pid, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (run_id, config.kind, "running", time.time(), config.model.name, prune.get("method"),
-             prune.get("sparsity"), prune.get("pattern"), data, "{}", config.canonical_json(),
-             os.getpid(), socket.gethostname()),
-        )  # fmt: skip
+            (
+                run_id,
+                config.kind,
+                "running",
+                time.time(),
+                config.model.name,
+                prune.get("method"),
+                prune.get("sparsity"),
+                prune.get("pattern"),
+                data,
+                "{}",
+                config.canonical_json(),
+                os.getpid(),
+                socket.gethostname(),
+            ),
+        )
         tmp = self.root / "tmp" / f"{run_id}.{uuid.uuid4().hex[:8]}"
         tmp.mkdir(parents=True)
         self.progress_path(run_id).write_text("")
@@ -312,11 +291,11 @@ class RunWriter:
         df.to_parquet(self.dir / "tables" / f"{name}.parquet", index=False)
 
     def write_arrays(self, name: str, arrays: dict[str, torch.Tensor]) -> None:
-        from safetensors.torch import save_file
-
         (self.dir / "arrays").mkdir(exist_ok=True)
-        save_file({k: v.detach().cpu().contiguous() for k, v in arrays.items()},
-                  str(self.dir / "arrays" / f"{name}.safetensors"))  # fmt: skip
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in arrays.items()},
+            str(self.dir / "arrays" / f"{name}.safetensors"),
+        )
 
     def progress(self, stage: str, done: int, total: int, detail: str = "") -> None:
         """A ProgressFn that appends JSON lines the app can poll."""
@@ -391,8 +370,6 @@ class Run:
         return pd.read_parquet(path)
 
     def arrays(self, name: str, keys: list[str] | None = None) -> dict[str, torch.Tensor]:
-        from safetensors import safe_open
-
         path = self.dir / "arrays" / f"{name}.safetensors"
         if not path.is_file():
             return {}
@@ -400,8 +377,6 @@ class Run:
             return {k: fh.get_tensor(k) for k in (keys or list(fh.keys()))}
 
     def array_keys(self, name: str) -> list[str]:
-        from safetensors import safe_open
-
         path = self.dir / "arrays" / f"{name}.safetensors"
         if not path.is_file():
             return []

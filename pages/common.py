@@ -6,30 +6,17 @@ small things: ``job_id`` (the Prune page's job) and ``selected_run``.
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 
 from core import jobs
 from core.errors import PruneScopeError
+from core.names import STAGES
 from core.store import RunRecord, RunStore, default_root
 
 FRAME_KEY = "_frame_ran"  # set by app.py on every run
-SUMMARY_COLUMNS = ("ppl", "dense_ppl", "achieved_sparsity", "prune_seconds")
-STAGES = {
-    "load": "loading the model",
-    "owl": "measuring outlier ratios (OWL)",
-    "probe": "capturing dense attention references",
-    "prune": "pruning layer by layer",
-    "eval": "evaluating perplexity",
-    "effdim": "measuring the effective dimension",
-    "sweep": "slicing at each s",
-    "slice": "slicing the model",
-    "zeroshot": "zero-shot tasks (lm-eval scoring)",
-}
 
 
 def require_frame(page_file: str) -> None:
@@ -60,63 +47,6 @@ def device_info() -> dict[str, Any]:
     from core.device import describe_device, resolve_device
 
     return describe_device(resolve_device("auto"))
-
-
-def accuracy_columns(records: list[RunRecord]) -> tuple[list[str], dict[str, dict[str, float]]]:
-    """Zero-shot columns present in any run (mean_acc, acc_<task>), and for runs whose
-    accuracy lives in a separate zeroshot run (``zeroshot --run ID``), that run's values."""
-    cols: dict[str, None] = {}
-    joined: dict[str, dict[str, float]] = {}
-    for r in records:
-        accs = {k: v for k, v in r.summary.items()
-                if k == "mean_acc" or (k.startswith("acc_") and not k.startswith("acc_fit"))}  # fmt: skip
-        cols.update(dict.fromkeys(sorted(accs, key=lambda k: (k != "mean_acc", k))))
-        src = r.summary.get("source_run")
-        if r.kind == "zeroshot" and r.status == "done" and src:
-            joined.setdefault(src, accs)
-    return list(cols), joined
-
-
-def runs_frame(records: list[RunRecord]) -> pd.DataFrame:
-    """One row per run: index columns plus headline metrics from its summary, and zero-shot
-    accuracy columns when any run has them."""
-    acc_cols, joined = accuracy_columns(records)
-    rows = []
-    for r in records:
-        row = {
-            "created": dt.datetime.fromtimestamp(r.created),
-            "kind": r.kind,
-            "status": r.status,
-            "model": r.model,
-            "method": r.method or ("dense" if r.kind == "eval" else None),
-            "sparsity": r.sparsity,
-            "pattern": r.pattern,
-            "targets": (r.config.get("prune") or {}).get("targets"),
-            "dataset": r.dataset,
-        }
-        row.update({k: r.summary.get(k) for k in SUMMARY_COLUMNS})
-        accs = {k: r.summary.get(k) for k in acc_cols}
-        if all(v is None for v in accs.values()):
-            accs = {k: joined.get(r.id, {}).get(k) for k in acc_cols}
-        row.update(accs)
-        row.update(id=r.id, error=r.error)
-        rows.append(row)
-    columns = [
-        "created",
-        "kind",
-        "status",
-        "model",
-        "method",
-        "sparsity",
-        "pattern",
-        "targets",
-        "dataset",
-        *SUMMARY_COLUMNS,
-        *acc_cols,
-        "id",
-        "error",
-    ]
-    return pd.DataFrame(rows, columns=columns)
 
 
 def run_label(r: RunRecord) -> str:

@@ -30,8 +30,8 @@ with col_dev:
     else:
         st.warning(
             f"No GPU found: running on the CPU ({dev.get('threads', '?')} threads). "
-            "Runs will be slower; the Prune page's defaults still finish in a few minutes "
-            "on the embedded model."
+            "Runs will be slower; the Prune page's 'quick' preset (its choice on a CPU) still "
+            "finishes in a few minutes on the embedded model."
         )
 with col_models:
     st.subheader("Models")

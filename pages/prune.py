@@ -12,6 +12,7 @@ import streamlit as st
 from core import figures, jobs
 from core.data import default_data_dir
 from core.errors import ConfigError, PruneScopeError, StoreError
+from core.fields import PRESETS, app_preset, defaults
 from core.methods import available_methods
 from core.models import available_models
 from core.store import Run
@@ -85,6 +86,17 @@ def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
     """Draw the form; on submit return (CLI parameters, save-model flag)."""
     corpora, calib_default, eval_default = corpus_choices()
     methods = available_methods()
+    names = list(PRESETS)
+    preset = st.selectbox(
+        "Preset",
+        names,
+        names.index(app_preset(device_info().get("type"))),
+        key="preset",
+        help="named sets of ordinary values (core.fields): 'reference' is the protocol every "
+        "default follows (calibration 32 × 512 C4 train, every evaluation window); 'quick' "
+        "keeps a CPU run of the embedded model to minutes",
+    )
+    start = defaults("prune", preset)
     with st.form("prune_form"):
         c1, c2, c3 = st.columns(3)
         model = c1.selectbox("Model", [*available_models(), OTHER_MODEL], key="model")
@@ -120,11 +132,28 @@ def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
         with st.expander("Calibration and evaluation data"):
             d1, d2 = st.columns(2)
             calib = d1.selectbox("Calibration corpus", corpora, index=calib_default, key="calib")
-            nsamples = d1.number_input("Calibration sequences", 1, 1024, 16, key="nsamples")
-            calib_seqlen = d1.number_input("Tokens per sequence", 8, 8192, 256, key="calib_seqlen")
+            nsamples = d1.number_input(
+                "Calibration sequences", 1, 1024, start["nsamples"], key="nsamples"
+            )
+            calib_seqlen = d1.number_input(
+                "Tokens per sequence",
+                8,
+                8192,
+                start["calib_seqlen"] or start["seqlen"],
+                key="calib_seqlen",
+            )
             evald = d2.selectbox("Evaluation corpus", corpora, index=eval_default, key="eval")
-            windows = d2.number_input("Evaluation windows", 1, 4096, 16, key="windows")
-            seqlen = d2.number_input("Window length (tokens)", 8, 8192, 256, key="seqlen")
+            windows = d2.number_input(
+                "Evaluation windows",
+                1,
+                4096,
+                start["max_windows"],
+                key="windows",
+                help="the first N windows of the corpus; empty: every window",
+            )
+            seqlen = d2.number_input(
+                "Window length (tokens)", 8, 8192, start["seqlen"], key="seqlen"
+            )
             upload = st.file_uploader(
                 "Text corpus (.txt or .jsonl with a 'text' field)",
                 type=["txt", "jsonl"],
@@ -168,7 +197,7 @@ def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
         "calib_seqlen": int(calib_seqlen),
         "eval": corpus_name(evald, upload),
         "seqlen": int(seqlen),
-        "max_windows": int(windows),
+        "max_windows": None if windows is None else int(windows),
         "option": parse_option_lines(options),
         "force": force,
     }

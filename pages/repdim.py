@@ -12,10 +12,23 @@ import streamlit as st
 from core import figures, jobs
 from core.data import default_data_dir
 from core.errors import PruneScopeError
+from core.fields import (
+    CHOICE,
+    FLAG,
+    LIST,
+    PRESETS,
+    Field,
+    app_preset,
+    command_fields,
+    defaults,
+)
+from core.names import DEFAULT_DIM
 from core.store import Run
+from core.tables import effdim_points
 from pages.common import (
     cli_hint,
     current_job,
+    device_info,
     follow_job,
     get_store,
     job_outcome,
@@ -29,10 +42,7 @@ require_frame(__file__)
 
 SWEEP_HINT = "python -m core sweep --model smollm2-135m --sparsities 0.1,0.2,0.3,0.4,0.5"
 PRUNE_HINT = "python -m core prune --model smollm2-135m --method wanda --sparsity 0.5"
-DEFAULT_DIM = "effdim_mean_pca99"  # the statistic core.slicing tests the relation with
-# Defaults that keep a sweep of the embedded model to minutes on a CPU.
-FAST_DEFAULTS = {"nsamples": 16, "seqlen": 256, "calib_seqlen": 256, "max_windows": 16}
-PRIMARY_GROUPS = ("model", "sweep", "slicing", "slicegpt")
+PRIMARY_GROUPS = ("model", "sweep")
 SWEEP_COLUMNS = ["s", "s_eff", "d_prime", "params", "ppl", "predicted_ppl", "rel_error", "fit_ppl"]
 
 store = get_store()
@@ -45,63 +55,55 @@ st.caption(
 
 
 # ---- starting a sweep ------------------------------------------------------------------------------
-def option_widget(opt: jobs.CliOption) -> Any:
-    """A widget for one CLI option, starting at its default (or a faster one)."""
-    label, key, default = opt.key.replace("_", " "), f"sweep_{opt.key}", opt.default
-    default = FAST_DEFAULTS.get(opt.key, default)
-    if opt.key in ("calib", "eval", "dataset") and not default_data_dir():
+def field_widget(f: Field, default: Any) -> Any:
+    """A widget for one field of the sweep command, starting at ``default``; text is typed
+    by core.requests, which reports a malformed number."""
+    label, key = f.label, f"sweep_{f.name}"
+    if f.name in ("calib", "eval") and not default_data_dir():
         default = "pydoc"
-    if opt.kind == "flag":
-        return st.checkbox(label, bool(default), key=key, help=opt.help)
-    if opt.kind == "choice":
-        choices = list(opt.choices or ())
+    if f.kind == FLAG:
+        return st.checkbox(label, bool(default), key=key, help=f.help)
+    if f.kind == CHOICE:
+        choices = list(f.choices or ())
         index = choices.index(default) if default in choices else 0
-        return st.selectbox(label, choices, index=index, key=key, help=opt.help)
-    if opt.kind == "list":
-        text = st.text_area(label, "\n".join(map(str, default or [])), key=key, help=opt.help)
+        return st.selectbox(label, choices, index=index, key=key, help=f.help)
+    if f.kind == LIST:
+        text = st.text_area(label, "\n".join(map(str, default or [])), key=key, help=f.help)
         return [ln.strip() for ln in text.splitlines() if ln.strip()]
-    text = st.text_input(label, "" if default is None else str(default), key=key, help=opt.help)
-    return _typed(text.strip(), opt)
-
-
-def _typed(text: str, opt: jobs.CliOption) -> Any:
-    """The option's value from its text box; argparse reports a malformed number."""
-    cast = {"int": int, "float": float}.get(opt.kind)
-    if not text or cast is None:
-        return text or None
-    try:
-        return cast(text)
-    except ValueError:
-        return text
+    text = st.text_input(label, "" if default is None else str(default), key=key, help=f.help)
+    return text.strip() or None
 
 
 def sweep_form() -> dict[str, Any] | None:
-    """A form drawn from the sweep command's own options; returns params on submit."""
-    options = jobs.cli_options("sweep")
-    main = [o for o in options if o.group.lower() in PRIMARY_GROUPS]
-    rest = [o for o in options if o not in main]
+    """A form drawn from the sweep command's fields (core.fields); returns values on submit."""
+    names = list(PRESETS)
+    preset = st.selectbox(
+        "Preset",
+        names,
+        names.index(app_preset(device_info().get("type"))),
+        key="sweep_preset",
+        help="named sets of ordinary values (core.fields)",
+    )
+    start = defaults("sweep", preset)
+    fields = [f for f in command_fields("sweep") if f.config]
+    main = [f for f in fields if f.group in PRIMARY_GROUPS]
+    rest = [f for f in fields if f not in main]
     with st.form("sweep_form"):
         cols = st.columns(3)
         values = {}
-        for i, opt in enumerate(main):
+        for i, f in enumerate(main):
             with cols[i % 3]:
-                values[opt.key] = option_widget(opt)
+                values[f.name] = field_widget(f, start[f.name])
         with st.expander("Calibration, evaluation and other options"):
             cols = st.columns(3)
-            for i, opt in enumerate(rest):
+            for i, f in enumerate(rest):
                 with cols[i % 3]:
-                    values[opt.key] = option_widget(opt)
+                    values[f.name] = field_widget(f, start[f.name])
         submitted = st.form_submit_button("Start the sweep", type="primary")
-    return values if submitted else None
+    return {k: v for k, v in values.items() if v is not None} if submitted else None
 
 
 def sweep_launcher() -> None:
-    if "sweep" not in jobs.cli_commands():
-        cli_hint(
-            "This build's CLI has no sweep command yet, so sweeps cannot be started here.",
-            SWEEP_HINT,
-        )
-        return
     job_id = current_job("sweep_job_id")
     status = jobs.job_status(store, job_id) if job_id else None
     if status is None or status.finished:
@@ -170,12 +172,22 @@ def show_sweep(run: Run) -> None:
     if "accuracy" in run.tables():
         show_accuracy(run)
     else:
-        st.caption("No zero-shot accuracy in this sweep: start one with tasks (e.g. `--tasks "
-                   "all --limit 200`) to see Paper A's accuracy relation beside perplexity.")  # fmt: skip
+        st.caption(
+            "No zero-shot accuracy in this sweep: start one with tasks (e.g. `--tasks "
+            "all --limit 200`) to see Paper A's accuracy relation beside perplexity."
+        )
 
 
-FIT_COLUMNS = ["label", "kappa", "intercept", "r2", "held", "kappa_chance", "r2_chance",
-               "held_chance"]  # fmt: skip
+FIT_COLUMNS = [
+    "label",
+    "kappa",
+    "intercept",
+    "r2",
+    "held",
+    "kappa_chance",
+    "r2_chance",
+    "held_chance",
+]
 
 
 def show_accuracy(run: Run) -> None:
@@ -191,8 +203,10 @@ def show_accuracy(run: Run) -> None:
     )
     n = int(acc["n"].max()) if "n" in acc else None
     if n is not None and n < 500:
-        st.info(f"{n} items per task: one standard error is about "
-                f"{acc['acc_stderr'].mean():.3f}, so small accuracy changes are noise.")  # fmt: skip
+        st.info(
+            f"{n} items per task: one standard error is about "
+            f"{acc['acc_stderr'].mean():.3f}, so small accuracy changes are noise."
+        )
     st.plotly_chart(figures.accuracy_vs_dprime(acc, fits), key="acc_dprime")
     if fits is not None:
         st.dataframe(
@@ -211,33 +225,6 @@ def show_accuracy(run: Run) -> None:
 
 
 # ---- effective dimension across methods --------------------------------------------------------------
-def effdim_points() -> pd.DataFrame:
-    """Finished prune and slice runs and their dense baselines, with every effective-dimension
-    metric they recorded; ``group`` is the dense run they are compared with."""
-    rows = []
-    for rec in store.list(status="done"):
-        if rec.kind not in ("prune", "slice", "eval"):
-            continue
-        dims = {k: v for k, v in rec.summary.items() if figures.is_dim_key(k) and _num(v)}
-        if not dims or not _num(rec.summary.get("ppl")):
-            continue
-        method = "dense" if rec.kind == "eval" else rec.method
-        group = rec.id if rec.kind == "eval" else rec.summary.get("dense_run")
-        rows.append(
-            {
-                "run_id": rec.id,
-                "method": method,
-                "sparsity": rec.sparsity,
-                "ppl": rec.summary["ppl"],
-                "model": rec.model,
-                "dataset": rec.dataset,
-                "group": group,
-                **dims,
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 def _num(v: Any) -> bool:
     return isinstance(v, int | float) and math.isfinite(v)
 
@@ -304,4 +291,4 @@ if sweeps:
 else:
     cli_hint("No finished SliceGPT sweep in the store yet.", SWEEP_HINT)
 st.subheader("Effective dimension of every stored run")
-show_effdim(effdim_points())
+show_effdim(effdim_points(store))

@@ -8,7 +8,8 @@ import streamlit as st
 
 from core import figures, jobs
 from core.errors import PruneScopeError
-from pages.common import get_store, require_frame, runs_frame, show_error
+from core.tables import runs_frame
+from pages.common import get_store, require_frame, show_error
 
 require_frame(__file__)
 store = get_store()

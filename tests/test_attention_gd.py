@@ -162,8 +162,12 @@ def test_adaptive_steps_descend_and_record(step):
     assert math.isnan(group[-1]["step_size"]) and math.isnan(group[-1]["pl_ratio"])
     assert all(row["pl_ratio"] > 0 for row in group[:-1] if not math.isnan(row["pl_ratio"]))
     assert res.summary["verdict"] in {
-        "as_predicted", "slower_than_pl", "step_too_large", "not_decreasing", "too_few_points"
-    }  # fmt: skip
+        "as_predicted",
+        "slower_than_pl",
+        "step_too_large",
+        "not_decreasing",
+        "too_few_points",
+    }
     assert len(res.blocks) == 2 + 2  # q0, q1, k, group
 
 
@@ -278,12 +282,29 @@ def test_method_prunes_q_and_k_exactly_and_fills_tables(weight_dtype, init):
     traj, heads = ctx.tables["gd_trajectory"], ctx.tables["gd_heads"]
     # 2 groups × 4 evaluations × (group + 2 q heads + k) rows
     assert len(traj) == 2 * 4 * 4
-    assert {"layer", "group", "matrix", "head", "step", "loss", "grad_norm", "step_size",
-            "lipschitz_est", "pl_ratio"} <= traj[0].keys()  # fmt: skip
+    assert {
+        "layer",
+        "group",
+        "matrix",
+        "head",
+        "step",
+        "loss",
+        "grad_norm",
+        "step_size",
+        "lipschitz_est",
+        "pl_ratio",
+    } <= traj[0].keys()
     assert sorted(row["head"] for row in heads if row["matrix"] == "q") == [0, 1, 2, 3]
-    assert {"lipschitz_min", "lipschitz_max", "mu", "verdict", "attn_fro", "lipschitz_bound",
-            "mask_mean_end",
-            "group_verdict"} <= heads[0].keys()  # fmt: skip
+    assert {
+        "lipschitz_min",
+        "lipschitz_max",
+        "mu",
+        "verdict",
+        "attn_fro",
+        "lipschitz_bound",
+        "mask_mean_end",
+        "group_verdict",
+    } <= heads[0].keys()
 
 
 def test_method_others_delegates_v_to_wanda():

@@ -292,12 +292,23 @@ def test_effdim_layers_and_dimension_key_names() -> None:
 
 
 def test_accuracy_vs_dprime_one_line_per_task_and_fit_curves() -> None:
-    acc = pd.DataFrame({"s": [0.0, 0.25, 0.0, 0.25], "d_prime": [64, 48, 64, 48],
-                        "task": ["piqa", "piqa", "boolq", "boolq"],
-                        "label": ["PIQA", "PIQA", "BoolQ", "BoolQ"],
-                        "acc": [0.7, 0.6, 0.6, 0.62], "acc_stderr": [0.03] * 4})  # fmt: skip
-    fits = pd.DataFrame({"task": ["piqa", "boolq", "mean"], "kappa": [0.6, np.nan, 0.1],
-                         "intercept": [-0.6, np.nan, -0.1]})  # fmt: skip
+    acc = pd.DataFrame(
+        {
+            "s": [0.0, 0.25, 0.0, 0.25],
+            "d_prime": [64, 48, 64, 48],
+            "task": ["piqa", "piqa", "boolq", "boolq"],
+            "label": ["PIQA", "PIQA", "BoolQ", "BoolQ"],
+            "acc": [0.7, 0.6, 0.6, 0.62],
+            "acc_stderr": [0.03] * 4,
+        }
+    )
+    fits = pd.DataFrame(
+        {
+            "task": ["piqa", "boolq", "mean"],
+            "kappa": [0.6, np.nan, 0.1],
+            "intercept": [-0.6, np.nan, -0.1],
+        }
+    )
     fig = figures.accuracy_vs_dprime(acc, fits)
     named = [t.name for t in fig.data if t.showlegend is not False]
     assert named == ["PIQA", "BoolQ"]

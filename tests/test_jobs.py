@@ -9,8 +9,8 @@ from io import BytesIO
 
 import pytest
 
-from core import jobs
-from core.errors import ConfigError
+from core import fields, jobs, requests
+from core.errors import ConfigError, ModelLoadError
 from core.store import RunStore
 
 TINY = {
@@ -37,49 +37,30 @@ def wait(store: RunStore, job_id: str, timeout: float = 120.0) -> jobs.JobStatus
 
 
 # ---- pure parts -------------------------------------------------------------------------------------
-def test_job_argv_flags_lists_and_omissions() -> None:
-    argv = jobs.job_argv(
-        "prune",
-        {
-            "max_windows": 16,
-            "json": True,
-            "force": False,
-            "save": None,
-            "data_dir": "",
-            "option": ["lam=0.1", "steps=3"],
-            "sparsity": 0.5,
-        },
-    )
-    assert argv == [
-        "prune",
-        "--max-windows",
-        "16",
-        "--json",
-        "--option",
-        "lam=0.1",
-        "--option",
-        "steps=3",
-        "--sparsity",
-        "0.5",
-    ]
+def test_form_values_are_typed_like_flags() -> None:
+    v = requests.values_of("prune", {"max_windows": "16", "sparsity": 0.5, "option": "lam=0.1"})
+    assert v["max_windows"] == 16 and v["sparsity"] == 0.5 and v["option"] == ["lam=0.1"]
+    assert v["nsamples"] == 32 and v["seed"] == 0  # the reference protocol's defaults
+    with pytest.raises(ConfigError, match="unrecognized arguments"):
+        requests.values_of("prune", {"no_such_flag": 1})
 
 
-def test_parse_job_turns_argparse_exit_into_config_error() -> None:
+def test_bad_values_and_commands_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="invalid float value"):
-        jobs.parse_job(["prune", "--sparsity", "half"])
+        requests.values_of("prune", {"sparsity": "half"})
     with pytest.raises(ConfigError):
-        jobs.parse_job(["no-such-command"])
+        fields.command_fields("no-such-command")
 
 
-def test_cli_options_describe_the_prune_command() -> None:
-    opts = {o.key: o for o in jobs.cli_options("prune")}
+def test_fields_describe_the_prune_command() -> None:
+    opts = {f.name: f for f in fields.command_fields("prune")}
     assert opts["sparsity"].kind == "float" and opts["sparsity"].default == 0.5
     assert opts["allocation"].kind == "choice" and "owl" in opts["allocation"].choices
     assert opts["option"].kind == "list" and opts["trust_remote_code"].kind == "flag"
     assert "store" not in opts and "json" not in opts  # set by the job itself
-    assert "prune" in jobs.cli_commands()
+    assert "prune" in fields.COMMANDS
     with pytest.raises(ConfigError, match="no 'nope' command"):
-        jobs.cli_options("nope")
+        fields.command_fields("nope")
 
 
 def test_stage_eta_from_the_current_stage_only() -> None:
@@ -159,7 +140,11 @@ def bg_jobs(tmp_path_factory) -> dict:
     store = RunStore(tmp_path_factory.mktemp("jobs") / "store")
     ok = jobs.start_job(store, "prune", TINY, save_model=True)
     joined = jobs.start_job(store, "prune", TINY, save_model=True)
-    bad = jobs.start_job(store, "prune", {**TINY, "model": "no-org/no-such-model-xyz"})
+    with pytest.raises(ModelLoadError, match=r"no-such-model-xyz.*not found"):  # at the edge
+        jobs.start_job(store, "prune", {**TINY, "model": "no-org/no-such-model-xyz"})
+    empty = tmp_path_factory.mktemp("corpus") / "empty.txt"
+    empty.write_text("")
+    bad = jobs.start_job(store, "prune", {**TINY, "eval": f"file:{empty}"})  # fails when run
     slow = jobs.start_job(
         store, "prune", {**TINY, "seqlen": 512, "max_windows": 400, "nsamples": 64}
     )
@@ -214,7 +199,7 @@ def test_unplanned_job_finds_its_run_by_pid(bg_jobs) -> None:
 def test_failed_and_cancelled_jobs_leave_the_store_consistent(bg_jobs) -> None:
     failed, cancelled = bg_jobs["status"]["bad"], bg_jobs["status"]["slow"]
     assert failed.state == "failed"
-    assert "no-such-model-xyz" in failed.error and "not found" in failed.error
+    assert "empty" in failed.error
     assert bg_jobs["cancel_sent"] and cancelled.state == "cancelled"
     assert [r for r in bg_jobs["store"].list() if r.status == "running"] == []
 

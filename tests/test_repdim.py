@@ -123,8 +123,10 @@ def test_collect_residual_dims_dense_and_sliced() -> None:
 
 def test_effective_relation() -> None:
     ppl0, d = 6.0, 400.0
-    runs = [{"method": "slicegpt", "s": s, "d_eff": d * (1 - s), "ppl": predicted_ppl(ppl0, s)}
-            for s in (0.1, 0.3, 0.5)]  # fmt: skip
+    runs = [
+        {"method": "slicegpt", "s": s, "d_eff": d * (1 - s), "ppl": predicted_ppl(ppl0, s)}
+        for s in (0.1, 0.3, 0.5)
+    ]
     runs.append({"method": "wanda", "d_eff": 350.0, "ppl": 9.0})
     out = effective_relation(ppl0, d, runs)
     assert all(r["rel_error"] == pytest.approx(0.0, abs=1e-12) for r in out["rows"][:3])

@@ -134,8 +134,9 @@ def test_every_layer_sees_the_models_own_hidden_states():
     with torch.no_grad():
         hidden = model(input_ids=ids, output_hidden_states=True).hidden_states
     grams = []
-    run_layerwise(adapter, ids, lambda ctx: grams.append(ctx.stats["q"].gram) or [], ROLES,
-                  batch_size=3)  # fmt: skip
+    run_layerwise(
+        adapter, ids, lambda ctx: grams.append(ctx.stats["q"].gram) or [], ROLES, batch_size=3
+    )
     for i, layer in enumerate(adapter.layers):
         with torch.no_grad():
             x = layer.input_layernorm(hidden[i]).reshape(-1, adapter.hidden_size)

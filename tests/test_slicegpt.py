@@ -12,6 +12,7 @@ from torch import nn
 from core.adapter import ModelAdapter
 from core.errors import ConfigError, ModelLoadError
 from core.methods import get_method
+from core.methods.base import ApplyPlan
 from core.methods.slicegpt import (
     SlicedDecoderLayer,
     SliceGPT,
@@ -98,9 +99,15 @@ def trained_model(state: dict[str, torch.Tensor]) -> nn.Module:
 # ---- pure functions ------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("d", "s", "want"),
-    [(64, 0.0, 64), (64, 0.25, 48), (576, 0.25, 432), (4096, 0.30, 2864), (3072, 0.30, 2144),
-     (64, 0.9, 0)],
-)  # fmt: skip
+    [
+        (64, 0.0, 64),
+        (64, 0.25, 48),
+        (576, 0.25, 432),
+        (4096, 0.30, 2864),
+        (3072, 0.30, 2144),
+        (64, 0.9, 0),
+    ],
+)
 def test_sliced_width(d: int, s: float, want: int) -> None:
     if want == 0:  # int(0.1·64) = 6 rounds down to 0
         with pytest.raises(ConfigError, match="rounds"):
@@ -158,9 +165,12 @@ def test_s0_reproduces_dense_logits_float32(name: str) -> None:
 
 @pytest.mark.parametrize(
     ("name", "overrides"),
-    [("tiny-llama", {}), ("tiny-llama-mha", {}),
-     ("tiny-llama", {"attention_bias": True, "mlp_bias": True})],  # biases rotate with W
-)  # fmt: skip
+    [
+        ("tiny-llama", {}),
+        ("tiny-llama-mha", {}),
+        ("tiny-llama", {"attention_bias": True, "mlp_bias": True}),
+    ],  # biases rotate with W
+)
 def test_s0_reproduces_dense_logits_float64(name: str, overrides: dict, exact_norms) -> None:
     model = build_tiny_model(name, seed=1, dtype=torch.float64, **overrides).eval()
     for name_, p in model.named_parameters():  # HF initialises biases to 0; make them matter
@@ -318,11 +328,14 @@ def test_registered_as_structured_method() -> None:
     cls = get_method("slicegpt")
     assert cls is SliceGPT and cls.structured and cls.options_cls is SliceOptions
     method = cls(SliceOptions())
-    with pytest.raises(NotImplementedError, match="slice_model"):
-        method.prune_layer(None)  # type: ignore[arg-type]
+    # Method.apply runs its own whole-model procedure, not the layer-wise runner.
+    assert not hasattr(method, "prune_layer") and cls.run_kind == "slice"
     model = build_tiny_model("tiny-llama-mha", seed=1).eval()
     report = method.slice(model, random_ids(4, 16, seed=1), 0.25)
     assert report.d_sliced == 24
+    model = build_tiny_model("tiny-llama-mha", seed=1).eval()
+    plan = ApplyPlan(0.25, (), "unstructured", torch.device("cpu"))
+    assert method.apply(model, random_ids(4, 16, seed=1), plan).d_sliced == 24
 
 
 # ---- real model ----------------------------------------------------------------------------------

@@ -7,8 +7,7 @@ import pytest
 from core.cli import main
 from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 from core.errors import ConfigError
-from core.pipeline import run_prune
-from core.slicing import effdim_report, run_slice, run_sweep
+from core.runs import effdim_report, run_prune, run_slice, run_sweep
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)
@@ -61,8 +60,23 @@ def test_slicegpt_rejects_nm(store):
 
 
 def test_cli_slice_sweep_effdim(capsys, store_root):
-    common = ["--model", "tiny-llama", "--calib", "pydoc", "--nsamples", "4", "--seqlen", "64",
-              "--eval", "pydoc", "--max-windows", "4", "--store", str(store_root), "--quiet"]  # fmt: skip
+    common = [
+        "--model",
+        "tiny-llama",
+        "--calib",
+        "pydoc",
+        "--nsamples",
+        "4",
+        "--seqlen",
+        "64",
+        "--eval",
+        "pydoc",
+        "--max-windows",
+        "4",
+        "--store",
+        str(store_root),
+        "--quiet",
+    ]
     assert main(["slice", "--sparsity", "0.25", *common, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["metrics"]["d_sliced"] == 48
     assert main(["sweep", "--sparsities", "0,0.5", *common]) == 0

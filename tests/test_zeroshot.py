@@ -36,27 +36,66 @@ def write_tasks(root) -> str:
     for name in zs.TASK_NAMES:
         (t / name).mkdir(parents=True)
     arc = [
-        {"id": "a1", "question": {"stem": "What melts ice?", "choices": [
-            {"text": "heat", "label": "A"}, {"text": "cold", "label": "B"},
-            {"text": "dark", "label": "C"}]}, "answerKey": "A"},
-        {"id": "a2", "question": {"stem": "Which is a planet?", "choices": [
-            {"text": "Mars", "label": "1"}, {"text": "Moon", "label": "2"},
-            {"text": "Sun", "label": "3"}, {"text": "Comet", "label": "4"}]}, "answerKey": "1"},
-    ]  # fmt: skip
+        {
+            "id": "a1",
+            "question": {
+                "stem": "What melts ice?",
+                "choices": [
+                    {"text": "heat", "label": "A"},
+                    {"text": "cold", "label": "B"},
+                    {"text": "dark", "label": "C"},
+                ],
+            },
+            "answerKey": "A",
+        },
+        {
+            "id": "a2",
+            "question": {
+                "stem": "Which is a planet?",
+                "choices": [
+                    {"text": "Mars", "label": "1"},
+                    {"text": "Moon", "label": "2"},
+                    {"text": "Sun", "label": "3"},
+                    {"text": "Comet", "label": "4"},
+                ],
+            },
+            "answerKey": "1",
+        },
+    ]
     for f in ("arc_easy/ARC-Easy-Test.jsonl", "arc_challenge/ARC-Challenge-Test.jsonl"):
         (t / f).write_text("\n".join(json.dumps(d) for d in arc) + "\n")
-    piqa = [{"goal": "Open a jar", "sol1": "twist the lid", "sol2": "eat the lid"},
-            {"goal": "Dry hair", "sol1": "use water", "sol2": "use a towel"}]  # fmt: skip
+    piqa = [
+        {"goal": "Open a jar", "sol1": "twist the lid", "sol2": "eat the lid"},
+        {"goal": "Dry hair", "sol1": "use water", "sol2": "use a towel"},
+    ]
     (t / "piqa/valid.jsonl").write_text("\n".join(json.dumps(d) for d in piqa) + "\n")
     (t / "piqa/valid-labels.lst").write_text("0\n1\n")
-    wino = [{"qID": "w1", "sentence": "The cup fell off the table because _ was tilted.",
-             "option1": "the cup", "option2": "the table", "answer": "2"},
-            {"qID": "w2", "sentence": "Anna thanked Beth because _ had helped her.",
-             "option1": "Anna", "option2": "Beth", "answer": "2"}]  # fmt: skip
+    wino = [
+        {
+            "qID": "w1",
+            "sentence": "The cup fell off the table because _ was tilted.",
+            "option1": "the cup",
+            "option2": "the table",
+            "answer": "2",
+        },
+        {
+            "qID": "w2",
+            "sentence": "Anna thanked Beth because _ had helped her.",
+            "option1": "Anna",
+            "option2": "Beth",
+            "answer": "2",
+        },
+    ]
     (t / "winogrande/dev.jsonl").write_text("\n".join(json.dumps(d) for d in wino) + "\n")
-    boolq = [{"question": "is water wet", "passage": "Water makes things wet.", "idx": 0,
-              "label": "true"},
-             {"question": "is fire cold", "passage": "Fire is hot.", "idx": 1, "label": False}]  # fmt: skip
+    boolq = [
+        {
+            "question": "is water wet",
+            "passage": "Water makes things wet.",
+            "idx": 0,
+            "label": "true",
+        },
+        {"question": "is fire cold", "passage": "Fire is hot.", "idx": 1, "label": False},
+    ]
     (t / "boolq/val.jsonl").write_text("\n".join(json.dumps(d) for d in boolq) + "\n")
     (t / "hellaswag/hellaswag_val_full.txt").write_text(
         "Cooking: A man cracks an egg. he\n1\nsings loudly.\npours it into a pan.\n"
@@ -74,14 +113,18 @@ def task_dir(tmp_path) -> str:
 # ---- item construction: lm-eval 0.4's task definitions --------------------------------------
 def test_arc_piqa_boolq_items_follow_lm_eval_templates():
     arc = zs.arc_item("What melts ice?", ["heat", "cold"], ["A", "B"], "B")
-    assert arc.pairs == (("Question: What melts ice?\nAnswer:", " heat"),
-                         ("Question: What melts ice?\nAnswer:", " cold"))  # fmt: skip
+    assert arc.pairs == (
+        ("Question: What melts ice?\nAnswer:", " heat"),
+        ("Question: What melts ice?\nAnswer:", " cold"),
+    )
     assert arc.gold == 1 and arc.choices == ("heat", "cold")
     piqa = zs.piqa_item("Open a jar", "twist", "eat", 0)
     assert piqa.pairs[1] == ("Question: Open a jar\nAnswer:", " eat")
     boolq = zs.boolq_item("Fire is hot.", "is fire cold", False)
-    assert boolq.pairs == (("Fire is hot.\nQuestion: is fire cold?\nAnswer:", " no"),
-                           ("Fire is hot.\nQuestion: is fire cold?\nAnswer:", " yes"))  # fmt: skip
+    assert boolq.pairs == (
+        ("Fire is hot.\nQuestion: is fire cold?\nAnswer:", " no"),
+        ("Fire is hot.\nQuestion: is fire cold?\nAnswer:", " yes"),
+    )
     assert boolq.gold == 0
 
 
@@ -89,14 +132,21 @@ def test_winogrande_and_hellaswag_match_lm_eval_functions():
     from lm_eval.tasks.hellaswag.utils import preprocess
     from lm_eval.tasks.winogrande import preprocess_winogrande as wg
 
-    doc = {"sentence": "The cup fell off the table because _ was tilted.", "option1": "the cup",
-           "option2": "the table", "answer": "2"}  # fmt: skip
+    doc = {
+        "sentence": "The cup fell off the table because _ was tilted.",
+        "option1": "the cup",
+        "option2": "the table",
+        "answer": "2",
+    }
     item = zs.winogrande_item(**doc)
     assert [c for c, _ in item.pairs] == wg.doc_to_choice(doc)
     assert {cont for _, cont in item.pairs} == {" " + wg.doc_to_target(doc)}
     assert item.gold == wg.doc_to_text(doc)
-    for text in ["A man [header] walks.  [title] Step one [step] go", " plain text ",
-                 "[substeps] x  y [title] z"]:  # fmt: skip
+    for text in [
+        "A man [header] walks.  [title] Step one [step] go",
+        " plain text ",
+        "[substeps] x  y [title] z",
+    ]:
         assert zs.hellaswag_preprocess(text) == preprocess(text)
 
 
@@ -200,10 +250,11 @@ def test_evaluate_zeroshot_scores_every_task(tiny, task_dir):
 # ---- runs ------------------------------------------------------------------------------------
 def test_run_config_round_trips_with_the_same_id():
     from core.config import zeroshot_dict
-    from core.pipeline import plan_prune
+    from core.runs import plan_prune
 
-    cfg = plan_prune(MODEL, PruneConfig("sparsegpt", 0.5, "2:4"), CALIB, EVAL,
-                     ZeroShotConfig(("piqa",), 5, "/x"))  # fmt: skip
+    cfg = plan_prune(
+        MODEL, PruneConfig("sparsegpt", 0.5, "2:4"), CALIB, EVAL, ZeroShotConfig(("piqa",), 5, "/x")
+    )
     again = RunConfig.from_dict(json.loads(cfg.canonical_json()))
     assert again.run_id == cfg.run_id and again.prune == cfg.prune
     assert again.extra_value("zeroshot") == zeroshot_dict(ZeroShotConfig(("piqa",), 5, "/x"))
@@ -212,7 +263,7 @@ def test_run_config_round_trips_with_the_same_id():
 
 
 def test_prune_run_stores_accuracy_and_rebuild_reproduces_it(store, task_dir):
-    from core.pipeline import run_prune, run_zeroshot
+    from core.runs import run_prune, run_zeroshot
 
     cfg = ZeroShotConfig(("piqa", "arc_easy", "boolq"), None, task_dir, 4)
     res = run_prune(MODEL, PruneConfig("wanda", 0.5), CALIB, EVAL, store, zeroshot=cfg)
@@ -234,17 +285,18 @@ def test_prune_run_stores_accuracy_and_rebuild_reproduces_it(store, task_dir):
 
 
 def test_saved_model_is_used(store, task_dir, tmp_path):
-    from core.pipeline import run_prune, run_zeroshot
+    from core.runs import run_prune, run_zeroshot
 
     cfg = ZeroShotConfig(("piqa",), None, task_dir)
-    res = run_prune(MODEL, PruneConfig("magnitude", 0.5), CALIB, EVAL, store,
-                    save_dir=str(tmp_path / "saved"))  # fmt: skip
+    res = run_prune(
+        MODEL, PruneConfig("magnitude", 0.5), CALIB, EVAL, store, save_dir=str(tmp_path / "saved")
+    )
     out = run_zeroshot(None, cfg, store, res["run_id"])
     assert out["metrics"]["model_from"] == "saved"
 
 
 def test_sweep_fits_the_accuracy_relation(store, task_dir):
-    from core.slicing import run_sweep
+    from core.runs import run_sweep
 
     cfg = ZeroShotConfig(("piqa", "winogrande"), None, task_dir)
     res = run_sweep(MODEL, (0.25, 0.5), CALIB, EVAL, store, zeroshot=cfg)
@@ -303,8 +355,7 @@ def test_cli_zeroshot_and_bad_input(capsys, store_root, task_dir):
 
 
 def test_sliced_run_is_rebuilt_for_zeroshot(store, task_dir):
-    from core.pipeline import run_zeroshot
-    from core.slicing import run_slice
+    from core.runs import run_slice, run_zeroshot
 
     cfg = ZeroShotConfig(("arc_easy",), None, task_dir)
     res = run_slice(MODEL, PruneConfig("slicegpt", 0.25), CALIB, EVAL, store, zeroshot=cfg)

@@ -7,6 +7,7 @@ the app only ever go through ``get_method`` / ``available_methods``.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from core.errors import ConfigError
 from core.methods.base import LayerContext, LinearReport, LinearStats, Method
@@ -46,6 +47,16 @@ def get_method(name: str) -> type[Method]:
     raise ConfigError(f"unknown method {name!r}; choose one of: {', '.join(available_methods())}")
 
 
+def make_method(name: str, options: Any = ()) -> Method:
+    """An instance of method ``name`` with its options (pairs or a dict) validated by its
+    options class: the one place methods are constructed."""
+    cls = get_method(name)
+    try:
+        return cls(cls.options_cls(**dict(options)))
+    except TypeError as exc:
+        raise ConfigError(f"bad options for {cls.name}: {exc}") from exc
+
+
 __all__ = [
     "LayerContext",
     "LinearReport",
@@ -53,5 +64,6 @@ __all__ = [
     "Method",
     "available_methods",
     "get_method",
+    "make_method",
     "register",
 ]

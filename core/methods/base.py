@@ -8,6 +8,7 @@ produce the inputs of the next one (Wanda / SparseGPT "sequential" calibration).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -101,13 +102,36 @@ class LayerContext:
         self.tables.setdefault(table, []).extend(rows)
 
 
+@dataclass
+class ApplyPlan:
+    """What a run asks a method to do to a model (``Method.apply``).
+
+    sparsity: the run's target (SliceGPT: the slicing fraction s). roles: the linears to
+    prune. layer_sparsity: per decoder layer, role -> target after allocation (uniform or
+    OWL). runner: the shared layer-wise runner (``core.runner.run_method``), handed in by the
+    run so that methods never import it. runner_kw: its keyword options (activations_on_cpu).
+    """
+
+    sparsity: float
+    roles: tuple[str, ...]
+    pattern: str
+    device: torch.device
+    layer_sparsity: list[dict[str, float]] = field(default_factory=list)
+    runner: Callable[..., Any] | None = None
+    on_progress: Callable[..., None] | None = None
+    runner_kw: dict[str, Any] = field(default_factory=dict)
+
+
 class Method:
     """Base class of a registered pruning method.
 
-    Subclasses set ``name``, ``options_cls`` (a frozen dataclass of their own options) and
-    implement ``prune_layer``. ``needs_gram`` (full Gram matrices, else column norms plus a
-    token sample) and ``needs_inputs`` (roles whose raw inputs are kept) tell the runner what
-    to collect.
+    Subclasses set ``name`` and ``options_cls`` (a frozen dataclass of their own options).
+    Layer-wise methods implement ``prune_layer(ctx: LayerContext) -> list[LinearReport]`` and
+    inherit ``apply``, which hands them to the shared runner layer by layer; ``needs_gram``
+    (full Gram matrices, else column norms plus a token sample) and ``needs_inputs`` (roles
+    whose raw inputs are kept) tell the runner what to collect. Methods that change shapes
+    (SliceGPT) override ``apply`` with their own procedure and set ``run_kind`` to the run
+    kind that stores their result.
     """
 
     name: ClassVar[str] = ""
@@ -115,12 +139,26 @@ class Method:
     needs_gram: ClassVar[bool] = True
     needs_inputs: ClassVar[frozenset[str]] = frozenset()
     supports_patterns: ClassVar[tuple[str, ...]] = ("unstructured", "nm")
-    # Structured methods (SliceGPT) change shapes: the pipeline calls their own procedure
-    # instead of masking linears through the runner.
+    run_kind: ClassVar[str] = "prune"  # the run kind (core.runs) that applies and stores it
+    # Describes the method for listings: True when it removes whole dimensions.
     structured: ClassVar[bool] = False
 
     def __init__(self, options: Any) -> None:
         self.options = options
 
-    def prune_layer(self, ctx: LayerContext) -> list[LinearReport]:
-        raise NotImplementedError
+    def apply(self, model: Any, calib: torch.Tensor, plan: ApplyPlan) -> Any:
+        """Prune ``model`` (a LoadedModel) in place on calibration tokens ``calib`` (N, L).
+
+        Layer-wise: the plan's runner calls ``prune_layer`` on every decoder layer and
+        returns its RunnerResult (per-linear reports, method tables and arrays)."""
+        return plan.runner(
+            self,
+            model.adapter,
+            calib,
+            plan.roles,
+            plan.layer_sparsity,
+            plan.pattern,
+            plan.device,
+            on_progress=plan.on_progress,
+            **plan.runner_kw,
+        )

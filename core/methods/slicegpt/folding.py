@@ -1,0 +1,77 @@
+"""Step 1 of SliceGPT: fold every RMSNorm's γ into the linears that read it (papers.md §6).
+
+What remains of each norm is N(x) = x / √(‖x‖²/d + ε) with d the *original* width, which
+commutes with any orthogonal Q: N(xQ) = N(x)Q (computational invariance).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from core.adapter import ModelAdapter
+from core.errors import ModelLoadError
+from core.methods.slicegpt.modules import FoldedRMSNorm
+
+
+def _check_rms_norm(norm: nn.Module, d: int, eps: float, where: str) -> torch.Tensor:
+    """Return γ (d,) if ``norm`` computes γ·x/√(mean x² + ε); ModelLoadError otherwise."""
+    weight = getattr(norm, "weight", None)
+    if (
+        not isinstance(weight, torch.Tensor)
+        or weight.shape != (d,)
+        or getattr(norm, "bias", None) is not None
+    ):
+        raise ModelLoadError(
+            f"{where} is a {type(norm).__name__}, not an RMSNorm with a ({d},) weight and no "
+            "bias; SliceGPT here supports RMSNorm (Llama-shaped) models"
+        )
+    # A probe with a non-zero mean tells RMSNorm from LayerNorm and γ from (1 + γ) variants.
+    probe = torch.randn(4, d, generator=torch.Generator().manual_seed(0)) + 1.0
+    probe = probe.to(device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        got = norm(probe).double()
+        xf = probe.double()
+        want = weight.double() * xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    tol = 1e-2 if weight.dtype in (torch.float16, torch.bfloat16) else 1e-4
+    if not torch.allclose(got, want, rtol=tol, atol=tol * want.abs().max().item()):
+        raise ModelLoadError(
+            f"{where} ({type(norm).__name__}) does not compute γ·x/√(mean(x²)+ε); SliceGPT "
+            "here supports RMSNorm (Llama-shaped) models"
+        )
+    return weight.detach()
+
+
+def untie_head(model: nn.Module) -> None:
+    """Give lm_head its own copy of a weight it may share with the embeddings."""
+    head, embed = model.lm_head, model.model.embed_tokens
+    if head.weight is embed.weight or head.weight.data_ptr() == embed.weight.data_ptr():
+        head.weight = nn.Parameter(
+            head.weight.detach().clone(), requires_grad=head.weight.requires_grad
+        )
+    model.config.tie_word_embeddings = False
+
+
+def _scale_inputs(lin: nn.Linear, gamma: torch.Tensor) -> None:
+    """W ← W·diag(γ) for W (out, in), computed in float64."""
+    W = lin.weight.detach()
+    lin.weight.data = (W.double() * gamma.double().to(W.device)).to(W.dtype)
+
+
+def fold_norms(adapter: ModelAdapter) -> float:
+    """Fold every RMSNorm's γ into the linears reading it and replace the norms by FoldedRMSNorm.
+
+    input_layernorm -> q, k, v; post_attention_layernorm -> gate, up; final norm -> lm_head.
+    Function preserving. Returns ε.
+    """
+    d, eps = adapter.hidden_size, adapter.rms_eps
+    for i, layer in enumerate(adapter.layers):
+        lin = adapter.linears(layer)
+        for norm_attr, roles in (("input_layernorm", "qkv"), ("post_attention_layernorm", "gu")):
+            gamma = _check_rms_norm(getattr(layer, norm_attr), d, eps, f"layer {i} {norm_attr}")
+            for role in {"qkv": ("q", "k", "v"), "gu": ("gate", "up")}[roles]:
+                _scale_inputs(lin[role], gamma)
+            setattr(layer, norm_attr, FoldedRMSNorm(d, eps))
+    _scale_inputs(adapter.lm_head, _check_rms_norm(adapter.final_norm, d, eps, "final norm"))
+    adapter.backbone.norm = FoldedRMSNorm(d, eps)
+    return eps

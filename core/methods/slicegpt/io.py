@@ -1,0 +1,119 @@
+"""Save and load a sliced model: safetensors weights, ``slicing.json`` (the widths) and the
+Hugging Face ``config.json``; loading rebuilds the dense model from its config, gives it the
+sliced shapes, then loads the weights strictly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from core.errors import ConfigError, ModelLoadError
+from core.methods.slicegpt.folding import untie_head
+from core.methods.slicegpt.modules import (
+    SLICING_FILE,
+    WEIGHTS_FILE,
+    FoldedRMSNorm,
+    SlicedDecoderLayer,
+    SliceSpec,
+    as_adapter,
+    check_sliceable,
+    is_sliced,
+    set_embedding,
+    set_linear,
+)
+
+
+def apply_structure(model: nn.Module, spec: SliceSpec) -> None:
+    """Give a freshly built dense HF model the sliced shapes of ``spec`` (weights uninitialised)."""
+    adapter = as_adapter(model)
+    check_sliceable(adapter)
+    if adapter.hidden_size != spec.hidden_size or adapter.n_layers != len(spec.widths):
+        raise ModelLoadError(
+            f"{SLICING_FILE} describes d={spec.hidden_size} with {len(spec.widths)} layers but the "
+            f"config has d={adapter.hidden_size} with {adapter.n_layers}"
+        )
+    untie_head(adapter.model)
+    embed = adapter.embed_tokens
+    dtype = embed.weight.dtype
+
+    def empty(*shape: int) -> torch.Tensor:
+        return torch.empty(*shape, dtype=dtype, device=embed.weight.device)
+
+    set_embedding(embed, empty(embed.num_embeddings, spec.widths[0][0]))
+    for i, (d_in, d_mid, d_out) in enumerate(spec.widths):
+        layer = adapter.layers[i]
+        lin = adapter.linears(layer)
+        for role, (out, inp) in {
+            "q": (lin["q"].out_features, d_in),
+            "k": (lin["k"].out_features, d_in),
+            "v": (lin["v"].out_features, d_in),
+            "o": (d_mid, lin["o"].in_features),
+            "gate": (lin["gate"].out_features, d_mid),
+            "up": (lin["up"].out_features, d_mid),
+            "down": (d_out, lin["down"].in_features),
+        }.items():
+            set_linear(lin[role], empty(out, inp), None if lin[role].bias is None else empty(out))
+        adapter.layers[i] = SlicedDecoderLayer(
+            layer.self_attn,
+            layer.mlp,
+            FoldedRMSNorm(spec.hidden_size, spec.eps),
+            FoldedRMSNorm(spec.hidden_size, spec.eps),
+            empty(d_in, d_mid),
+            empty(d_mid, d_out),
+        )
+    adapter.backbone.norm = FoldedRMSNorm(spec.hidden_size, spec.eps)
+    head = adapter.lm_head
+    set_linear(
+        head,
+        empty(head.out_features, spec.widths[-1][2]),
+        None if head.bias is None else empty(head.out_features),
+    )
+    adapter.model.slicing = spec
+
+
+def save_sliced(model: nn.Module, folder: str | Path) -> Path:
+    """Write ``model.safetensors``, ``slicing.json`` and the HF ``config.json`` into folder."""
+
+    model = as_adapter(model).model
+    if not is_sliced(model):
+        raise ConfigError("save_sliced needs a model sliced by slice_model (no .slicing found)")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(state, folder / WEIGHTS_FILE, metadata={"format": "pt"})
+    (folder / SLICING_FILE).write_text(json.dumps(model.slicing.to_json(), indent=2) + "\n")
+    model.config.save_pretrained(folder)
+    return folder
+
+
+def load_sliced(
+    folder: str | Path,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str | None = None,
+) -> nn.Module:
+    """Rebuild a sliced model saved by ``save_sliced``: HF model from config, sliced shapes
+    from ``slicing.json``, then the weights (strict). Returns the model in eval mode.
+
+    attn_implementation: as for ``from_pretrained`` ("eager" to get attention weights);
+    None lets transformers choose (sdpa), which may differ from the sliced model's in the
+    last float bits."""
+
+    folder = Path(folder)
+    missing = [f for f in ("config.json", SLICING_FILE, WEIGHTS_FILE) if not (folder / f).is_file()]
+    if missing:
+        raise ModelLoadError(f"{folder} is not a sliced model folder: missing {', '.join(missing)}")
+    spec = SliceSpec.from_json(json.loads((folder / SLICING_FILE).read_text()))
+    config = AutoConfig.from_pretrained(folder)
+    config.tie_word_embeddings = False
+    model = AutoModelForCausalLM.from_config(
+        config, dtype=dtype, attn_implementation=attn_implementation
+    )
+    apply_structure(model, spec)
+    model.load_state_dict(load_file(folder / WEIGHTS_FILE), strict=True)
+    return model.to(device).eval()

@@ -1,0 +1,41 @@
+"""SliceGPT as a registered method: ``apply`` runs the whole-model procedure (``slice_model``)
+instead of the layer-wise runner, and its runs are stored as kind 'slice'."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from core.methods import register
+from core.methods.base import ApplyPlan, Method
+from core.methods.slicegpt.procedure import SliceOptions, SliceReport, slice_model
+from core.progress import ProgressFn
+
+
+@register
+class SliceGPT(Method):
+    """SliceGPT: rotate by PCA and slice the representation dimension d to (1 − s)·d."""
+
+    name = "slicegpt"
+    options_cls = SliceOptions
+    run_kind = "slice"
+    structured = True
+    needs_gram = False
+    supports_patterns = ("unstructured",)
+    options: SliceOptions
+
+    def apply(self, model: Any, calib: torch.Tensor, plan: ApplyPlan) -> SliceReport:
+        """Slice ``model`` in place to d′ = sliced_width(d, plan.sparsity)."""
+        return slice_model(model, calib, plan.sparsity, self.options, plan.device, plan.on_progress)
+
+    def slice(
+        self,
+        model: Any,
+        calib_ids: torch.Tensor,
+        sparsity: float,
+        device: torch.device | str = "cpu",
+        on_progress: ProgressFn | None = None,
+    ) -> SliceReport:
+        """``slice_model`` with this method's options."""
+        return slice_model(model, calib_ids, sparsity, self.options, device, on_progress)

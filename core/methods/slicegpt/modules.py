@@ -1,0 +1,162 @@
+"""The modules of a sliced model and the record of its shapes.
+
+A sliced decoder layer reuses the original attention and MLP modules (with smaller
+``nn.Linear``s) around ``FoldedRMSNorm``s and carries the residual across each block by a
+shortcut matrix; ``SliceSpec`` records every layer's widths so a saved model can be rebuilt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from core.adapter import ModelAdapter
+from core.errors import ConfigError, ModelLoadError
+
+SLICING_FILE = "slicing.json"
+WEIGHTS_FILE = "model.safetensors"
+FORMAT_VERSION = 1
+# The submodules a pre-norm sequential decoder layer may have; anything else (Gemma-2's extra
+# norms, a parallel block's single norm, ...) is computation SlicedDecoderLayer would drop.
+LAYER_CHILDREN = frozenset({"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"})
+
+
+class FoldedRMSNorm(nn.Module):
+    """RMSNorm with γ folded away and the mean taken over the original width d.
+
+    N(x) = x / √(‖x‖²/d + ε) for x (..., d′) with any d′ ≤ d (papers.md §2: the output norm
+    stays √d whatever d′ is). Computed in at least float32, like the HF norms.
+    """
+
+    def __init__(self, d: int, eps: float) -> None:
+        super().__init__()
+        self.d = d
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))
+        mean_sq = xf.pow(2).sum(-1, keepdim=True) / self.d
+        return (xf * torch.rsqrt(mean_sq + self.eps)).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"mean over d={self.d}, eps={self.eps}"
+
+
+class SlicedDecoderLayer(nn.Module):
+    """A pre-norm decoder layer with shortcut matrices on the residual (SliceGPT Fig. 4).
+
+    h = x·S_attn + Attn(N(x));  y = h·S_mlp + MLP(N(h)).
+    x: (B, L, d_in), h: (B, L, d_mid), y: (B, L, d_out); S_attn (d_in, d_mid), S_mlp
+    (d_mid, d_out). ``self_attn`` and ``mlp`` are the model's own modules, so the HF model's
+    layer loop, KV cache and the ModelAdapter work unchanged.
+    """
+
+    def __init__(
+        self,
+        self_attn: nn.Module,
+        mlp: nn.Module,
+        input_layernorm: nn.Module,
+        post_attention_layernorm: nn.Module,
+        attn_shortcut: torch.Tensor,
+        mlp_shortcut: torch.Tensor,
+    ) -> None:
+        super().__init__()
+        self.self_attn = self_attn
+        self.mlp = mlp
+        self.input_layernorm = input_layernorm
+        self.post_attention_layernorm = post_attention_layernorm
+        # Weights in their own right (counted in n_params, saved), never trained here.
+        self.attn_shortcut = nn.Parameter(attn_shortcut, requires_grad=False)
+        self.mlp_shortcut = nn.Parameter(mlp_shortcut, requires_grad=False)
+
+    def attention_branch(self, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        out = self.self_attn(hidden_states=self.input_layernorm(x), **kwargs)
+        return out[0] if isinstance(out, tuple) else out
+
+    def mlp_branch(self, h: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.post_attention_layernorm(h))
+
+    def forward(self, hidden_states: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        h = hidden_states @ self.attn_shortcut + self.attention_branch(hidden_states, **kwargs)
+        return h @ self.mlp_shortcut + self.mlp_branch(h)
+
+
+# ---- structure of a sliced model -----------------------------------------------------------------
+@dataclass
+class SliceSpec:
+    """Everything needed to rebuild a sliced model's shapes; stored as ``slicing.json``.
+
+    widths[i] = (d_in, d_mid, d_out) of decoder layer i; the embeddings have width
+    widths[0][0] and the final norm / head read widths[-1][2].
+    """
+
+    hidden_size: int
+    eps: float
+    widths: list[tuple[int, int, int]]
+    sparsity: float
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT_VERSION, "method": "slicegpt", **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SliceSpec:
+        if data.get("format") != FORMAT_VERSION or data.get("method") != "slicegpt":
+            raise ModelLoadError(f"{SLICING_FILE}: unknown format {data.get('format')!r}")
+        return cls(
+            hidden_size=int(data["hidden_size"]),
+            eps=float(data["eps"]),
+            widths=[(int(a), int(b), int(c)) for a, b, c in data["widths"]],
+            sparsity=float(data["sparsity"]),
+            options=dict(data.get("options", {})),
+        )
+
+
+def set_linear(lin: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    """Give ``lin`` a new (out, in) weight (and bias), updating its declared shape."""
+    lin.weight = nn.Parameter(weight.contiguous(), requires_grad=lin.weight.requires_grad)
+    if lin.bias is not None:
+        lin.bias = nn.Parameter(bias.contiguous(), requires_grad=lin.bias.requires_grad)
+    lin.out_features, lin.in_features = weight.shape
+
+
+def set_embedding(embed: nn.Embedding, weight: torch.Tensor) -> None:
+    embed.weight = nn.Parameter(weight.contiguous(), requires_grad=embed.weight.requires_grad)
+    embed.embedding_dim = weight.shape[1]
+
+
+def as_adapter(model: Any) -> ModelAdapter:
+    """LoadedModel | ModelAdapter | nn.Module -> ModelAdapter (ModelLoadError if unsupported)."""
+    if isinstance(model, ModelAdapter):
+        return model
+    if isinstance(getattr(model, "adapter", None), ModelAdapter):
+        return model.adapter
+    if isinstance(model, nn.Module):
+        return ModelAdapter.from_model(model)
+    raise ConfigError(f"expected a model, ModelAdapter or LoadedModel, got {type(model).__name__}")
+
+
+def _n_layer_params(adapter: ModelAdapter) -> int:
+    return sum(p.numel() for p in adapter.layers.parameters())
+
+
+def is_sliced(model: nn.Module) -> bool:
+    return isinstance(getattr(model, "slicing", None), SliceSpec)
+
+
+def check_sliceable(adapter: ModelAdapter) -> None:
+    """Raise a clear error unless every decoder layer is a plain pre-norm sequential block."""
+    name = type(adapter.model).__name__
+    if is_sliced(adapter.model):
+        raise ConfigError(f"{name} is already sliced; load the dense model to slice it again")
+    for i, layer in enumerate(adapter.layers):
+        extra = sorted({n for n, _ in layer.named_children()} - LAYER_CHILDREN)
+        if extra:
+            raise ModelLoadError(
+                f"{name}: decoder layer {i} has submodules {extra} besides "
+                f"{sorted(LAYER_CHILDREN)}; "
+                "SliceGPT here supports pre-norm sequential (Llama-shaped) layers only"
+            )

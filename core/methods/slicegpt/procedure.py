@@ -1,0 +1,320 @@
+"""SliceGPT: delete rows and columns by projecting the residual stream onto its top PCA subspace.
+
+Ashkboos et al., ICLR'24 (arXiv 2401.15024; papers.md §6). For a pre-norm decoder whose
+norms are RMSNorm, the steps are:
+
+1. **Fold** (``untie_head``, ``fold_norms``). Each norm's γ moves into the linears that read
+   it, W ← W·diag(γ). What remains is N(x) = x / √(‖x‖²/d + ε) with d the *original* width,
+   which commutes with any orthogonal Q: N(xQ) = N(x)Q (computational invariance, §6). No
+   embedding mean-centring: the reference code centres embeddings for every model, which
+   changes the function of an RMSNorm model; without it s = 0 is exactly function preserving.
+2. **PCA at every residual boundary** (``pca_basis``). C = Σ XᵀX (uncentred, float64) over the
+   calibration tokens, C += damp·mean(diag C)·I, Q = eigenvectors by descending eigenvalue.
+   The boundaries are the embeddings, and the residual after the attention ("mid") and after
+   the MLP ("out") of every layer. Each PCA sees the signals of the *already sliced* earlier
+   layers (the reference ``rotate_and_slice``).
+3. **Rotate and slice** with D = I[:, :d′]. Input linears W ← W·Q_in·D; output linears
+   W ← Dᵀ·Q_outᵀ·W (and the bias alike); embeddings E ← E·Q·D; the residual of each block is
+   carried across by the shortcut matrices Dᵀ·Q_inᵀ·Q_mid·D and Dᵀ·Q_midᵀ·Q_out·D.
+   The head is not sliced unless asked (the last block then writes full width d).
+
+d′ = int((1−s)·d) rounded down to a multiple of 8 (``sliced_width``); s_eff = 1 − d′/d.
+
+The sliced model stays a Hugging Face causal LM with the same attribute names: each decoder
+layer becomes a ``SlicedDecoderLayer`` that reuses the original attention and MLP modules
+(with smaller ``nn.Linear``s). ``save_sliced`` / ``load_sliced`` store it as safetensors plus
+``slicing.json`` (the widths) next to the HF ``config.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from core.adapter import ModelAdapter
+from core.errors import ConfigError
+from core.methods.slicegpt.folding import fold_norms, untie_head
+from core.methods.slicegpt.modules import (
+    SlicedDecoderLayer,
+    SliceSpec,
+    _n_layer_params,
+    as_adapter,
+    check_sliceable,
+)
+from core.methods.slicegpt.rotation import (
+    _rotated_output,
+    accumulate_gram,
+    pca_basis,
+    randomize_kept,
+    rotate_embeddings,
+    rotate_inputs,
+    rotate_outputs,
+    sliced_width,
+)
+from core.progress import ProgressFn, report
+from core.runner import capture_layer_inputs, model_device
+
+log = logging.getLogger(__name__)
+
+ORIENTATIONS = ("pca", "random")
+
+
+@dataclass(frozen=True)
+class SliceOptions:
+    """round_to: d′ multiple (reference 8); damp: PCA damping as a fraction of mean(diag C);
+    slice_head: also slice the final norm/lm_head input; orientation: "pca" or "random"
+    (a seeded random basis inside the kept subspace); seed: for "random"; batch_size:
+    calibration sequences per forward."""
+
+    round_to: int = 8
+    damp: float = 0.01
+    slice_head: bool = False
+    orientation: str = "pca"
+    seed: int = 42
+    batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.round_to, int) or self.round_to < 1:
+            raise ConfigError(f"round_to must be a positive integer, got {self.round_to!r}")
+        if not self.damp >= 0.0:
+            raise ConfigError(f"damp must be >= 0, got {self.damp!r}")
+        if self.orientation not in ORIENTATIONS:
+            raise ConfigError(
+                f"orientation must be one of {ORIENTATIONS}, got {self.orientation!r}"
+            )
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+
+
+@dataclass
+class SliceReport:
+    """What ``slice_model`` did.
+
+    n_params_*: every parameter (shortcut matrices included; a tied head counts once when
+    dense and again once untied, so a tied-embedding model can grow at small s);
+    n_layer_params_*: the decoder layers only.
+    rows: one per residual boundary (embed, then mid/out of every layer): kept width and
+    the fraction of calibration energy Σλ[:kept]/Σλ it keeps. spectra: (n_boundaries, d)
+    float64 eigenvalues of C, descending, in the order of ``rows``.
+    """
+
+    sparsity: float
+    d: int
+    d_sliced: int
+    n_params_dense: int
+    n_params_sliced: int
+    n_layer_params_dense: int
+    n_layer_params_sliced: int
+    n_tokens: int
+    seconds: float
+    options: SliceOptions
+    rows: list[dict[str, Any]]
+    spectra: torch.Tensor
+
+    @property
+    def s_eff(self) -> float:
+        return 1.0 - self.d_sliced / self.d
+
+    def summary(self) -> dict[str, Any]:
+        """Flat JSON-able scalars for run records and tables."""
+        return {
+            "sparsity": self.sparsity,
+            "s_eff": self.s_eff,
+            "d": self.d,
+            "d_sliced": self.d_sliced,
+            "n_params_dense": self.n_params_dense,
+            "n_params_sliced": self.n_params_sliced,
+            "param_ratio": self.n_params_sliced / self.n_params_dense,
+            "n_layer_params_dense": self.n_layer_params_dense,
+            "n_layer_params_sliced": self.n_layer_params_sliced,
+            "n_tokens": self.n_tokens,
+            "seconds": self.seconds,
+            "options": asdict(self.options),
+        }
+
+
+class _Boundaries:
+    """PCA of each residual boundary, in order, with its report row and spectrum."""
+
+    def __init__(self, options: SliceOptions, device: torch.device) -> None:
+        self.options, self.device = options, device
+        self.generator = torch.Generator().manual_seed(options.seed)
+        self.rows: list[dict[str, Any]] = []
+        self.spectra: list[torch.Tensor] = []
+
+    def basis(
+        self, signals: Sequence[torch.Tensor], keep: int, site: str, layer: int | None
+    ) -> torch.Tensor:
+        """Q (d, d) float64 on the device for signals [(B, L, d)], keeping ``keep`` columns."""
+        d = signals[0].shape[-1]
+        gram = torch.zeros(d, d, dtype=torch.float64, device=self.device)
+        for x in signals:
+            accumulate_gram(gram, x)
+        eigvals, Q = pca_basis(gram, self.options.damp)
+        if self.options.orientation == "random":
+            Q = randomize_kept(Q, keep, self.generator)
+        energy = eigvals.clamp_min(0.0)
+        self.rows.append(
+            {
+                "boundary": site if layer is None else f"{layer}.{site}",
+                "layer": layer,
+                "site": site,
+                "width": d,
+                "kept": keep,
+                "energy_kept": (energy[:keep].sum() / energy.sum()).item(),
+                "top_eigval": eigvals[0].item(),
+                "cut_eigval": eigvals[keep - 1].item(),
+            }
+        )
+        self.spectra.append(eigvals.cpu())
+        return Q
+
+
+# ---- the procedure -------------------------------------------------------------------------------
+@torch.no_grad()
+def _slice_layer(
+    adapter: ModelAdapter,
+    index: int,
+    hidden: list[torch.Tensor],
+    kwargs: list[dict[str, Any]],
+    Q_in: torch.Tensor,
+    widths: tuple[int, int, int],
+    bounds: _Boundaries,
+) -> tuple[SlicedDecoderLayer, list[torch.Tensor], torch.Tensor]:
+    """Rotate and slice decoder layer ``index`` (already on the compute device).
+
+    hidden: layer inputs [(B, L, d_in)] in the rotated, sliced basis of Q_in (d, d) float64.
+    Returns the new layer, its outputs [(B, L, d_out)] in the basis of Q_out, and Q_out.
+    """
+    d_in, d_mid, d_out = widths
+    layer = adapter.layers[index]
+    lin = adapter.linears(layer)
+    dtype, device = lin["q"].weight.dtype, lin["q"].weight.device
+    for role in ("q", "k", "v"):
+        rotate_inputs(lin[role], Q_in, d_in)
+    new = SlicedDecoderLayer(
+        layer.self_attn,
+        layer.mlp,
+        layer.input_layernorm,
+        layer.post_attention_layernorm,
+        torch.empty(d_in, d_mid, dtype=dtype, device=device),
+        torch.empty(d_mid, d_out, dtype=dtype, device=device),
+    )
+
+    # Mid boundary. With o_proj writing in the full Q_in basis, the residual there is
+    # [x, 0] + attn: no (T, d_in)·(d_in, d) product to map x back. Its PCA V (in Q_in
+    # coordinates) gives Q_mid = Q_in·V; the eigenvalues are those of the unrotated residual.
+    with _rotated_output(lin["o"], Q_in):
+        mids = []  # (B, L, d)
+        for x, kw in zip(hidden, kwargs, strict=True):
+            r = new.attention_branch(x, **kw)
+            r[..., :d_in] += x
+            mids.append(r)
+    V = bounds.basis(mids, d_mid, "mid", index)
+    Q_mid = Q_in @ V
+    rotate_outputs(lin["o"], Q_mid, d_mid)
+    for role in ("gate", "up"):
+        rotate_inputs(lin[role], Q_mid, d_mid)
+    Vk = V[:, :d_mid].to(dtype)
+    hidden = [r @ Vk for r in mids]  # (B, L, d_mid): the sliced mid residual
+    del mids
+
+    # Out boundary, the same way in Q_mid coordinates.
+    with _rotated_output(lin["down"], Q_mid):
+        outs = []  # (B, L, d)
+        for h in hidden:
+            r = new.mlp_branch(h)
+            r[..., :d_mid] += h
+            outs.append(r)
+    V_out = bounds.basis(outs, d_out, "out", index)
+    Q_out = Q_mid @ V_out
+    rotate_outputs(lin["down"], Q_out, d_out)
+    Vk = V_out[:, :d_out].to(dtype)
+    hidden = [r @ Vk for r in outs]  # (B, L, d_out)
+    del outs
+    # Dᵀ·Q_inᵀ·Q_mid·D = Dᵀ·V·D and likewise for the MLP (SliceGPT's shortcut matrices).
+    new.attn_shortcut.copy_(V[:d_in, :d_mid])
+    new.mlp_shortcut.copy_(V_out[:d_mid, :d_out])
+    return new, hidden, Q_out
+
+
+@torch.no_grad()
+def slice_model(
+    model: Any,
+    calib_ids: torch.Tensor,
+    sparsity: float,
+    options: SliceOptions | None = None,
+    device: torch.device | str = "cpu",
+    on_progress: ProgressFn | None = None,
+) -> SliceReport:
+    """Slice a Llama-shaped RMSNorm model **in place** to width d′ = sliced_width(d, s).
+
+    model: LoadedModel, ModelAdapter or the HF causal LM. calib_ids: (N, L) calibration
+    tokens. Layers visit ``device`` one at a time; calibration activations live there too.
+    Afterwards ``model.slicing`` holds the SliceSpec and ``save_sliced`` can store it.
+    """
+    options = options or SliceOptions()
+    adapter = as_adapter(model)
+    check_sliceable(adapter)
+    d, n = adapter.hidden_size, adapter.n_layers
+    width = sliced_width(d, sparsity, options.round_to)
+    device = torch.device(device)
+    t0 = time.perf_counter()
+    n_dense, n_layers_dense = adapter.n_params(), _n_layer_params(adapter)
+
+    untie_head(adapter.model)
+    eps = fold_norms(adapter)
+    inputs = capture_layer_inputs(adapter, calib_ids, device, options.batch_size)
+    bounds = _Boundaries(options, device)
+    report(on_progress, "slice", 0, n)
+
+    Q = bounds.basis(inputs.hidden, width, "embed", None)
+    rotate_embeddings(adapter.embed_tokens, Q, width)
+    hidden = [h @ Q[:, :width].to(h.dtype) for h in inputs.hidden]  # (B, L, d′)
+    inputs.hidden.clear()  # only the sliced copy is needed from here on
+    widths: list[tuple[int, int, int]] = []
+    for i in range(n):
+        layer = adapter.layers[i]
+        home = model_device(layer)
+        layer.to(device)
+        w = (width, width, d if i == n - 1 and not options.slice_head else width)
+        new, hidden, Q = _slice_layer(adapter, i, hidden, inputs.kwargs, Q, w, bounds)
+        adapter.layers[i] = new.to(home)
+        widths.append(w)
+        report(on_progress, "slice", i + 1, n, f"layer {i + 1}/{n}")
+    del hidden
+
+    head = adapter.lm_head
+    rotate_inputs(head, Q, widths[-1][2])
+    spec = SliceSpec(d, eps, widths, float(sparsity), asdict(options))
+    adapter.model.slicing = spec
+    result = SliceReport(
+        sparsity=float(sparsity),
+        d=d,
+        d_sliced=width,
+        n_params_dense=n_dense,
+        n_params_sliced=adapter.n_params(),
+        n_layer_params_dense=n_layers_dense,
+        n_layer_params_sliced=_n_layer_params(adapter),
+        n_tokens=int(calib_ids.numel()),
+        seconds=time.perf_counter() - t0,
+        options=options,
+        rows=bounds.rows,
+        spectra=torch.stack(bounds.spectra),
+    )
+    log.info(
+        "sliced d=%d -> %d (s=%.3f, s_eff=%.3f): %d -> %d params in %.1fs",
+        d,
+        width,
+        sparsity,
+        result.s_eff,
+        n_dense,
+        result.n_params_sliced,
+        result.seconds,
+    )
+    return result

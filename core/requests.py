@@ -1,0 +1,188 @@
+"""One path from field values (parsed CLI flags, app form values) to a resolved RunConfig.
+
+``plan_request(command, values)`` fills the command's defaults (``core.fields``), checks
+every value's type, builds the config dataclasses and plans the run (``core.runs.plan``),
+so CLI, app and background jobs validate the same way and get the same run id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from core.config import (
+    CalibConfig,
+    DataSpec,
+    EvalConfig,
+    ModelSpec,
+    PruneConfig,
+    RunConfig,
+    ZeroShotConfig,
+)
+from core.data import default_data_dir
+from core.errors import ConfigError
+from core.fields import FLOAT, INT, LIST, Field, command_fields, defaults
+from core.models import check_model_name
+from core.runs import RunOptions, plan_eval, plan_prune, plan_slice, plan_sweep, plan_zeroshot
+from core.store import RunStore
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+# ---- values ------------------------------------------------------------------------------------
+def _typed(field: Field, value: Any) -> Any:
+    """A value of the field's type; numbers given as text are parsed (argparse's messages)."""
+    if value is None or (value == "" and field.kind in (INT, FLOAT)):
+        return None
+    cast = {INT: int, FLOAT: float}.get(field.kind)
+    if cast is not None and not isinstance(value, bool):
+        try:
+            return cast(value)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"argument {field.flag}: invalid {cast.__name__} value: {value!r}"
+            ) from None
+    if field.kind == LIST:
+        return [value] if isinstance(value, str) else list(value)
+    return value
+
+
+def values_of(command: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The command's defaults updated with ``given`` (typed); unknown names are an error."""
+    fields = {f.name: f for f in command_fields(command)}
+    unknown = sorted(set(given) - set(fields))
+    if unknown:
+        flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
+        raise ConfigError(f"unrecognized arguments for {command}: {flags}")
+    values = defaults(command)
+    values.update({k: _typed(fields[k], v) for k, v in given.items()})
+    return values
+
+
+def parse_options(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
+    """['lam=0.1', 'scope=row'] -> (('lam', 0.1), ('scope', 'row')); JSON values parsed."""
+    out = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--option expects KEY=VALUE, got {pair!r}")
+        try:
+            out[key.replace("-", "_")] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.replace("-", "_")] = raw
+    return tuple(sorted(out.items()))
+
+
+def parse_grid(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in str(text).split(",") if x.strip())
+    except ValueError as exc:
+        raise ConfigError(
+            f"--sparsities expects numbers separated by commas, got {text!r}"
+        ) from exc
+
+
+def _absolute(path: str | None) -> str | None:
+    """Absolute, so the run id does not depend on the working directory."""
+    return None if path is None else str(Path(path).expanduser().resolve())
+
+
+# ---- config parts --------------------------------------------------------------------------------
+def model_spec(v: Mapping[str, Any]) -> ModelSpec:
+    check_model_name(v["model"])
+    return ModelSpec(v["model"], v["device"], v["dtype"], v["trust_remote_code"], v["revision"])
+
+
+def data_spec(name: str, split: str | None, data_dir: str | None, role: str = "eval") -> DataSpec:
+    if split is None:
+        split = "train" if role == "calib" else ("validation" if name == "c4" else "test")
+    if name.startswith("file:"):
+        name = "file:" + _absolute(name.removeprefix("file:"))
+    data_dir = (data_dir or default_data_dir()) if name in ("wikitext2", "c4") else None
+    return DataSpec(name, split, _absolute(data_dir))
+
+
+def eval_config(v: Mapping[str, Any]) -> EvalConfig:
+    dataset = v["eval"] if "eval" in v else v["dataset"]
+    data = data_spec(dataset, v["split"], v["data_dir"])
+    return EvalConfig(data, v["seqlen"], v["max_windows"], v["batch_size"])
+
+
+def calib_config(v: Mapping[str, Any]) -> CalibConfig:
+    data = data_spec(v["calib"], None, v["data_dir"], "calib")
+    return CalibConfig(data, v["nsamples"], v["calib_seqlen"] or v["seqlen"], v["seed"])
+
+
+def zeroshot_config(v: Mapping[str, Any], batch_size: int | None = None) -> ZeroShotConfig | None:
+    """ZeroShotConfig from tasks/limit (None without tasks). Task files come from
+    <data dir>/tasks/ (--data-dir, $PRUNESCOPE_DATA_DIR or ../shared/data), else the hub."""
+    if not v["tasks"]:
+        if v["limit"] is not None:
+            raise ConfigError("--limit applies to zero-shot tasks: give --tasks too")
+        return None
+    kw = {} if batch_size is None else {"batch_size": batch_size}
+    tasks = v["tasks"] if isinstance(v["tasks"], str) else ",".join(v["tasks"])
+    return ZeroShotConfig(tasks, v["limit"], _absolute(v["data_dir"] or default_data_dir()), **kw)
+
+
+def prune_config(v: Mapping[str, Any]) -> PruneConfig:
+    return PruneConfig(
+        v["method"],
+        v["sparsity"],
+        v["pattern"],
+        v["targets"],
+        v["allocation"],
+        v["owl_lambda"],
+        v["owl_m"],
+        parse_options(v["option"]),
+    )
+
+
+# ---- plans ---------------------------------------------------------------------------------------
+def _plan_zeroshot(v: Mapping[str, Any], store: RunStore | None) -> RunConfig:
+    model = model_spec(v) if v["model"] is not None else None
+    if model is None and v["run"] is None:
+        model = model_spec({**v, "model": DEFAULT_MODEL})
+    if store is None:
+        raise ConfigError("a zero-shot run needs the results store")
+    return plan_zeroshot(model, zeroshot_config(v, v["batch_size"]), store, v["run"])[0]
+
+
+def _plan_sweep(v: Mapping[str, Any]) -> RunConfig:
+    if v["method"] != "slicegpt":
+        raise ConfigError("sweep --method supports slicegpt (the representation-dimension sweep)")
+    grid = parse_grid(v["sparsities"])
+    return plan_sweep(
+        model_spec(v),
+        grid,
+        calib_config(v),
+        eval_config(v),
+        parse_options(v["option"]),
+        zeroshot_config(v),
+    )
+
+
+def plan_request(
+    command: str, given: Mapping[str, Any], store: RunStore | None = None
+) -> RunConfig:
+    """The resolved, validated config ``python -m core <command>`` with these values runs."""
+    v = values_of(command, given)
+    if command == "eval":
+        return plan_eval(model_spec(v), eval_config(v))
+    if command == "prune":
+        parts = (model_spec(v), prune_config(v), calib_config(v), eval_config(v))
+        return plan_prune(*parts, zeroshot_config(v))
+    if command == "slice":
+        prune = PruneConfig("slicegpt", v["sparsity"], options=parse_options(v["option"]))
+        return plan_slice(model_spec(v), prune, calib_config(v), eval_config(v), zeroshot_config(v))
+    if command == "sweep":
+        return _plan_sweep(v)
+    return _plan_zeroshot(v, store)
+
+
+def run_options(command: str, given: Mapping[str, Any], force: bool = False) -> RunOptions:
+    """How to execute: the command's non-config fields (save, activations_on_cpu)."""
+    v = values_of(command, given)
+    return RunOptions(force, v.get("save"), bool(v.get("activations_on_cpu")))

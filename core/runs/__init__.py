@@ -1,0 +1,45 @@
+"""Run kinds, one module each, sharing one skeleton (``common``) and one edge (``plan``).
+
+    eval (dense)  prune  slice  sweep  zeroshot  effdim (a report over stored runs)
+
+Every run is planned first (``plan``: a resolved, validated ``RunConfig`` whose hash is the
+run id), then executed by its kind (``execute``). Entry points: the ``run_*`` functions
+(parts in, result dict out) and ``execute(cfg, store, ...)`` for a resolved config.
+"""
+
+from core.runs.common import RunOptions
+from core.runs.dense import run_eval
+from core.runs.effdim import effdim_report
+from core.runs.execute import KINDS, execute, run_prune, run_slice, run_sweep
+from core.runs.plan import (
+    check_run,
+    plan_eval,
+    plan_prune,
+    plan_slice,
+    plan_sweep,
+    plan_zeroshot,
+)
+from core.runs.resources import get_calib_windows, get_eval_windows, get_model, resolve_model_spec
+from core.runs.zeroshot import run_zeroshot
+
+__all__ = [
+    "KINDS",
+    "RunOptions",
+    "check_run",
+    "effdim_report",
+    "execute",
+    "get_calib_windows",
+    "get_eval_windows",
+    "get_model",
+    "plan_eval",
+    "plan_prune",
+    "plan_slice",
+    "plan_sweep",
+    "plan_zeroshot",
+    "resolve_model_spec",
+    "run_eval",
+    "run_prune",
+    "run_slice",
+    "run_sweep",
+    "run_zeroshot",
+]

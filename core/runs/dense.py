@@ -1,0 +1,63 @@
+"""The 'eval' run kind: dense perplexity of a model (the baseline of every prune/slice run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from core.config import EvalConfig, ModelSpec, RunConfig
+from core.environment import environment_record
+from core.models import LoadedModel
+from core.names import EFFDIM_PREFIX, T_EFFDIM
+from core.perplexity import evaluate_perplexity
+from core.progress import ProgressFn, report
+from core.runs.measure import residual_effdim
+from core.runs.plan import plan_eval
+from core.runs.resources import EFFDIM_WINDOWS, get_eval_windows, get_model
+from core.runs.store_access import result, stored_or_wait, tee
+from core.store import RunStore
+
+
+def execute_eval(
+    cfg: RunConfig,
+    store: RunStore,
+    on_progress: ProgressFn | None = None,
+    force: bool = False,
+    lm: LoadedModel | None = None,
+) -> dict[str, Any]:
+    """Run a planned 'eval' config; reuses a finished run with the same config unless forced.
+    ``lm``: the model to measure (a prune run's private copy before it is changed)."""
+    cached = stored_or_wait(store, cfg, force, on_progress, "the same dense baseline")
+    if cached is not None:
+        return cached
+    with store.begin(cfg, force) as writer:
+        progress = tee(writer.progress, on_progress)
+        report(progress, "load", 0, 1, f"loading {cfg.model.name}")
+        lm = lm or get_model(cfg.model, fresh=False)
+        windows, data_info = get_eval_windows(lm, cfg.eval)
+        writer.write_env(environment_record(cfg.model.device))
+        device = torch.device(cfg.model.device)
+        res = evaluate_perplexity(lm.model, windows, cfg.eval.batch_size, device, progress)
+        eff = residual_effdim(lm, windows[:EFFDIM_WINDOWS], device, progress)
+        writer.write_table(T_EFFDIM, eff["rows"])
+        metrics = {
+            **res.to_dict(),
+            "data": data_info,
+            "model": lm.adapter.describe(),
+            **{f"{EFFDIM_PREFIX}{k}": v for k, v in eff["overall"].items()},
+        }
+        writer.commit(metrics)
+    return result(cfg, metrics)
+
+
+def run_eval(
+    model: ModelSpec,
+    eval_cfg: EvalConfig,
+    store: RunStore,
+    on_progress: ProgressFn | None = None,
+    force: bool = False,
+    lm: LoadedModel | None = None,
+) -> dict[str, Any]:
+    """Dense perplexity of a model; reuses a finished run with the same config unless forced."""
+    return execute_eval(plan_eval(model, eval_cfg), store, on_progress, force, lm)

@@ -1,0 +1,197 @@
+"""Resolve and validate run configurations at the edge, before any expensive work.
+
+Every entry point (CLI, app jobs, the Python API, ``execute``) plans a run here first: a
+method name and its options are checked, 'auto' device and dtype are resolved, and every
+size the run depends on is checked against the model's geometry read from its config
+alone (``core.geometry``): sequence lengths against the context, N:M against the input
+widths of the targeted linears, SliceGPT's width against rounding and the head size. A bad
+configuration raises ConfigError (or ModelLoadError for a model that cannot exist) in
+seconds, without loading weights or evaluating a baseline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+from typing import Any
+
+from core.adapter import resolve_roles
+from core.config import (
+    CalibConfig,
+    EvalConfig,
+    ModelSpec,
+    PruneConfig,
+    RunConfig,
+    ZeroShotConfig,
+    options_tuple,
+    zeroshot_dict,
+)
+from core.errors import ConfigError, StoreError
+from core.geometry import Geometry, model_geometry
+from core.masks import parse_pattern
+from core.methods import get_method, make_method
+from core.methods.slicegpt import sliced_width
+from core.names import MODEL_KINDS, PRUNE, SLICE, SWEEP, ZEROSHOT
+from core.runs.resources import resolve_model_spec
+from core.store import RunStore
+
+
+@lru_cache(maxsize=8)
+def _geometry(name: str, trust_remote_code: bool, revision: str | None) -> Geometry:
+    return model_geometry(ModelSpec(name, trust_remote_code=trust_remote_code, revision=revision))
+
+
+def geometry(spec: ModelSpec) -> Geometry:
+    """The model's geometry from its config (cached per process: sweeps ask once per point)."""
+    return _geometry(spec.name, spec.trust_remote_code, spec.revision)
+
+
+# ---- checks against the geometry ---------------------------------------------------------------
+def check_seqlen(geo: Geometry, seqlen: int, what: str = "seqlen") -> None:
+    if geo.max_positions and seqlen > geo.max_positions:
+        raise ConfigError(
+            f"{what} {seqlen} exceeds the model's context of {geo.max_positions} tokens"
+        )
+
+
+def check_pattern(geo: Geometry, roles: tuple[str, ...], pattern: str) -> None:
+    """Reject an N:M pattern whose M does not divide a targeted linear's input width."""
+    nm = parse_pattern(pattern)
+    if nm is None:
+        return
+    for role in roles:
+        if geo.in_features(role) % nm[1]:
+            raise ConfigError(
+                f"N:M pattern {pattern} needs input widths divisible by {nm[1]}; "
+                f"{role}_proj has {geo.in_features(role)}"
+            )
+
+
+def check_slicing(geo: Geometry, prune: PruneConfig) -> None:
+    """SliceGPT's kept width d′ must round to at least one attention head's width."""
+    opts = make_method(prune.method, prune.options).options
+    width = sliced_width(geo.hidden_size, prune.sparsity, opts.round_to)  # raises at 0
+    if width < geo.head_dim:
+        raise ConfigError(
+            f"slicing sparsity {prune.sparsity} keeps d′ = {width} of d = {geo.hidden_size}, "
+            f"less than one attention head ({geo.head_dim}); use a smaller sparsity"
+        )
+    if prune.allocation != "uniform":
+        raise ConfigError("slicegpt slices every layer to the same width: use allocation 'uniform'")
+
+
+def check_run(cfg: RunConfig) -> None:
+    """Every size ``cfg`` depends on, against its model's geometry (no weights loaded)."""
+    geo = geometry(cfg.model)
+    if cfg.kind != ZEROSHOT:
+        check_seqlen(geo, cfg.eval.seqlen)
+    if cfg.calib is not None:
+        check_seqlen(geo, cfg.calib.seqlen, "calibration seqlen")
+    if cfg.prune is None:
+        return
+    if cfg.kind == PRUNE:
+        check_pattern(geo, resolve_roles(cfg.prune.targets), cfg.prune.pattern)
+    elif cfg.kind in (SLICE, SWEEP):
+        grid = cfg.extra_value("sparsities") or (cfg.prune.sparsity,)
+        for s in grid:
+            check_slicing(geo, dataclasses.replace(cfg.prune, sparsity=s))
+
+
+# ---- plans: the resolved config (hence the run id) a run will have ---------------------------------
+def resolve_prune_config(prune: PruneConfig) -> PruneConfig:
+    """Validate the method name and fill its options with defaults (options_cls)."""
+    cls = get_method(prune.method)
+    if prune.pattern != "unstructured" and "nm" not in cls.supports_patterns:
+        raise ConfigError(f"method {cls.name} does not support N:M patterns")
+    method = make_method(prune.method, prune.options)
+    return dataclasses.replace(prune, method=cls.name, options=options_tuple(method.options))
+
+
+def plan_eval(model: ModelSpec, eval_cfg: EvalConfig) -> RunConfig:
+    cfg = RunConfig("eval", resolve_model_spec(model), eval_cfg)
+    check_run(cfg)
+    return cfg
+
+
+def plan_prune(
+    model: ModelSpec,
+    prune: PruneConfig,
+    calib: CalibConfig,
+    eval_cfg: EvalConfig,
+    zeroshot: ZeroShotConfig | None = None,
+) -> RunConfig:
+    """The resolved config of a run applying ``prune.method``: kind 'prune' for layer-wise
+    methods, the method's own kind ('slice' for SliceGPT) otherwise. Zero-shot settings
+    enter the config only when given, so runs without keep their ids."""
+    prune = resolve_prune_config(prune)
+    extra = (("zeroshot", zeroshot_dict(zeroshot)),) if zeroshot is not None else ()
+    kind = get_method(prune.method).run_kind
+    cfg = RunConfig(kind, resolve_model_spec(model), eval_cfg, calib, prune, extra)
+    check_run(cfg)
+    return cfg
+
+
+def plan_slice(*parts: Any, **kwargs: Any) -> RunConfig:
+    """``plan_prune`` (the same arguments) for a method that slices (runs of kind 'slice')."""
+    cfg = plan_prune(*parts, **kwargs)
+    if cfg.kind != SLICE:
+        raise ConfigError(f"{cfg.prune.method} does not slice dimensions; use prune")
+    return cfg
+
+
+def plan_sweep(
+    model: ModelSpec,
+    sparsities: tuple[float, ...],
+    calib: CalibConfig,
+    eval_cfg: EvalConfig,
+    options: tuple = (),
+    zeroshot: ZeroShotConfig | None = None,
+) -> RunConfig:
+    """A SliceGPT sweep over the grid; every point is validated."""
+    grid = tuple(sorted({float(s) for s in sparsities}))
+    if not grid:
+        raise ConfigError("the sweep needs at least one sparsity")
+    base = PruneConfig("slicegpt", 0.0, options=options)  # as given: it is the sweep's id
+    resolve_prune_config(base)
+    extra: tuple = (("sparsities", grid),)
+    if zeroshot is not None:
+        extra += (("zeroshot", zeroshot_dict(zeroshot)),)
+    cfg = RunConfig(SWEEP, resolve_model_spec(model), eval_cfg, calib, base, extra=extra)
+    check_run(cfg)
+    return cfg
+
+
+def sweep_points(cfg: RunConfig) -> list[tuple[float, RunConfig]]:
+    """(s, the slice run's config) for every point of a sweep config."""
+    extra = tuple((k, v) for k, v in cfg.extra if k == "zeroshot")
+    points = []
+    for s in cfg.extra_value("sparsities"):
+        prune = resolve_prune_config(dataclasses.replace(cfg.prune, sparsity=s))
+        points.append((s, RunConfig(SLICE, cfg.model, cfg.eval, cfg.calib, prune, extra)))
+    return points
+
+
+def plan_zeroshot(
+    model: ModelSpec | None, zs: ZeroShotConfig, store: RunStore, source_run: str | None = None
+) -> tuple[RunConfig, RunConfig | None]:
+    """(zeroshot run config, the source run's config or None). With a source run the model
+    comes from that run; a different explicit model is an error."""
+    src = None
+    if source_run is not None:
+        rec = store.get(source_run)
+        if rec.status != "done" or rec.kind not in MODEL_KINDS:
+            raise StoreError(
+                f"run {rec.id} is a {rec.status} {rec.kind} run; zero-shot "
+                f"evaluation needs a finished {'/'.join(MODEL_KINDS)} run"
+            )
+        src = RunConfig.from_dict(rec.config)
+        if model is not None and model.name != src.model.name:
+            raise ConfigError(f"run {rec.id} is of model {src.model.name!r}, not {model.name!r}")
+        spec, source_run = src.model, rec.id
+    elif model is None:
+        raise ConfigError("zero-shot evaluation needs a model or a stored run")
+    else:
+        spec = resolve_model_spec(model)
+        geometry(spec)  # the model exists and is a causal LM
+    extra = (("source_run", source_run), ("zeroshot", zeroshot_dict(zs)))
+    return RunConfig(ZEROSHOT, spec, EvalConfig(), extra=extra), src

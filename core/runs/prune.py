@@ -1,0 +1,100 @@
+"""The 'prune' run kind: a layer-wise method (magnitude, Wanda, SparseGPT, attention-matrix
+GD) on the shared runner, compared with the dense model (perplexity, per-layer sparsity and
+reconstruction error, attention error when W_Q/W_K are pruned, zero-shot accuracy)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from core.adapter import resolve_roles
+from core.attention_compare import AttentionProbe
+from core.attention_compare import summarize as summarize_attention
+from core.config import RunConfig
+from core.methods import make_method
+from core.names import A_METHOD, A_QK, T_ALLOCATION, T_ATTENTION_ERRORS, T_LAYERS
+from core.progress import ProgressFn, report
+from core.runs.apply import apply_prune
+from core.runs.common import Prologue, RunOptions, run_changed_model
+from core.runs.measure import (
+    memory_report,
+    probe_mb,
+    qk_arrays,
+    runner_widths,
+    save_model,
+    start_phase,
+    weight_sparsity,
+)
+from core.store import RunStore
+
+PROBE_WINDOWS = 2  # calibration / held-out windows the attention error is measured on
+
+
+def _layer_rows(reports: list) -> list[dict[str, Any]]:
+    """One flat row per pruned linear (a method's scalar extras become columns)."""
+    rows = [dataclasses.asdict(r) for r in reports]
+    for row in rows:
+        row["shape"] = list(row["shape"])
+        extra = row.pop("extra")
+        row.update({k: v for k, v in extra.items() if isinstance(v, int | float | str | bool)})
+    return rows
+
+
+def _probes(p: Prologue, roles: tuple[str, ...]) -> list[AttentionProbe]:
+    """Dense attention references on calibration and held-out text, when q or k is pruned
+    (Paper B's measure of the pruned W_Q/W_K)."""
+    if not {"q", "k"} & set(roles):
+        return []
+    report(p.progress, "probe", 0, 1, "dense attention references")
+    ad, dev = p.lm.adapter, p.device
+    calib = AttentionProbe.capture(ad, p.calib_ids[:PROBE_WINDOWS], "calib", dev)
+    held = AttentionProbe.capture(ad, p.windows[:PROBE_WINDOWS], "heldout", dev, dense=calib.dense)
+    return [calib, held]
+
+
+def _prune(p: Prologue, activations_on_cpu: bool) -> dict[str, Any]:
+    """The prune kind's own step: prune, then store what the method did."""
+    prune = p.cfg.prune
+    roles = resolve_roles(prune.targets)
+    probes = _probes(p, roles)
+    start_phase()  # the budget below is for the pruning phase itself
+    t0 = time.perf_counter()
+    result, alloc_rows = apply_prune(
+        p.lm, prune, p.calib_ids, p.device, p.progress, activations_on_cpu=activations_on_cpu
+    )
+    prune_seconds = time.perf_counter() - t0
+    widths = runner_widths(p.lm, make_method(prune.method, prune.options), roles)
+    memory = memory_report(p.lm, p.calib_ids, p.loaded_rss, probe_mb(probes), widths)
+    p.writer.write_table(T_LAYERS, _layer_rows(result.reports))
+    attn_rows = [row for probe in probes for row in probe.errors(p.lm.adapter)]
+    if attn_rows:
+        p.writer.write_table(T_ATTENTION_ERRORS, attn_rows)
+    p.writer.write_table(T_ALLOCATION, alloc_rows)
+    for name, rows in result.tables.items():
+        p.writer.write_table(name, rows)
+    if result.arrays:
+        p.writer.write_arrays(A_METHOD, result.arrays)
+    qk = qk_arrays(p.lm)
+    if qk:
+        p.writer.write_arrays(A_QK, qk)
+    return {
+        "prune_seconds": prune_seconds,
+        "layer_seconds": result.layer_seconds,
+        **weight_sparsity(p.lm, roles),
+        **(summarize_attention(attn_rows) if attn_rows else {}),
+        **memory,
+    }
+
+
+def execute_prune(
+    cfg: RunConfig,
+    store: RunStore,
+    on_progress: ProgressFn | None = None,
+    opts: RunOptions | None = None,
+) -> dict[str, Any]:
+    """Run a planned 'prune' config."""
+    opts = opts or RunOptions()
+    return run_changed_model(
+        cfg, store, on_progress, opts, lambda p: _prune(p, opts.activations_on_cpu), save_model
+    )

@@ -1,0 +1,76 @@
+"""What runs load: models (a pristine copy cached once per process, copied per job) and
+calibration / evaluation windows (cached per process)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+import torch
+
+from core.config import CalibConfig, EvalConfig, ModelSpec
+from core.data import calibration_windows, eval_windows, load_corpus
+from core.device import dtype_name, resolve_device, resolve_dtype
+from core.models import LoadedModel, load_model
+
+EFFDIM_WINDOWS = 4  # held-out windows on which the residual stream's dimension is measured
+
+_PRISTINE: dict[tuple, LoadedModel] = {}  # at most one entry: a new model evicts the old one
+_WINDOW_CACHE: dict[tuple, tuple[torch.Tensor, dict[str, Any]]] = {}
+
+
+def resolve_model_spec(spec: ModelSpec) -> ModelSpec:
+    """Replace 'auto' device/dtype by what they resolve to on this machine."""
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    return dataclasses.replace(spec, device=str(device), dtype=dtype_name(dtype))
+
+
+def _load(key: tuple) -> LoadedModel:
+    name, dtype, trust_remote_code, revision = key
+    cpu = torch.device("cpu")
+    return load_model(name, "cpu", resolve_dtype(dtype, cpu), trust_remote_code, revision)
+
+
+def get_model(spec: ModelSpec, fresh: bool = True) -> LoadedModel:
+    """The model of a resolved spec on its device.
+
+    fresh=False returns the pristine copy cached once per process (never mutate it);
+    fresh=True returns a private model: a deep copy of the cached one when a long-lived
+    process (the app) holds it, else a direct load, so a one-shot CLI process keeps a single
+    copy of the weights in memory.
+    """
+    key = (spec.name, spec.dtype, spec.trust_remote_code, spec.revision)
+    if not fresh:
+        if key not in _PRISTINE:
+            _PRISTINE.clear()
+            _PRISTINE[key] = _load(key)
+        lm = _PRISTINE[key]
+    else:
+        lm = copy.deepcopy(_PRISTINE[key]) if key in _PRISTINE else _load(key)
+    lm.model.to(spec.device)
+    return lm
+
+
+def get_eval_windows(lm: LoadedModel, cfg: EvalConfig) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Evaluation windows (n, L) and a description of the corpus, cached per process."""
+    key = (lm.name, cfg.data, cfg.seqlen, cfg.max_windows)
+    if key not in _WINDOW_CACHE:
+        corpus = load_corpus(cfg.data)
+        windows = eval_windows(lm.tokenizer, corpus, cfg.seqlen, cfg.max_windows)
+        info = {
+            "dataset": corpus.name,
+            "split": corpus.split,
+            "source": corpus.source,
+            "comparable": corpus.comparable,
+        }
+        _WINDOW_CACHE[key] = (windows, info)
+    return _WINDOW_CACHE[key]
+
+
+def get_calib_windows(lm: LoadedModel, cfg: CalibConfig) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Calibration windows (nsamples, seqlen) drawn as Wanda/SparseGPT draw them."""
+    corpus = load_corpus(cfg.data)
+    ids = calibration_windows(lm.tokenizer, corpus, cfg.nsamples, cfg.seqlen, cfg.seed)
+    return ids, {"dataset": corpus.name, "split": corpus.split, "source": corpus.source}

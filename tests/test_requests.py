@@ -1,0 +1,161 @@
+"""One path from flags or form values to a config: the same choices give the same run id from
+the CLI and the app, every preset is made of ordinary values, and bad configurations fail at
+the edge, before a model is loaded."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core import fields, requests
+from core.cli import build_parser, field_values
+from core.errors import ConfigError
+from core.store import RunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+APP_PRUNE = {
+    "model": "tiny-llama",
+    "method": "wanda",
+    "calib": "pydoc",
+    "eval": "pydoc",
+    "device": "cpu",
+}
+
+
+@pytest.mark.parametrize("preset", sorted(fields.PRESETS))
+def test_cli_and_app_give_the_same_run_id(preset) -> None:
+    """The app sends field values; the CLI parses flags into the same values."""
+    app_values = {**APP_PRUNE, **fields.PRESETS[preset]}
+    argv = ["prune"]
+    for key, value in app_values.items():
+        argv += ["--" + key.replace("_", "-"), str(value)]
+    args = build_parser().parse_args(argv)
+    cli_cfg = requests.plan_request("prune", field_values(args))
+    app_cfg = requests.plan_request("prune", app_values)
+    assert cli_cfg.run_id == app_cfg.run_id
+    assert cli_cfg.calib.nsamples == fields.defaults("prune", preset)["nsamples"]
+
+
+def test_defaults_are_the_reference_protocol() -> None:
+    cfg = requests.plan_request("prune", {"model": "tiny-llama", "device": "cpu"})
+    assert (cfg.calib.nsamples, cfg.calib.seqlen, cfg.calib.seed) == (32, 512, 0)
+    assert (cfg.calib.data.dataset, cfg.calib.data.split) == ("c4", "train")
+
+
+@pytest.mark.parametrize(
+    ("command", "values", "message"),
+    [
+        ("slice", {"sparsity": 0.999}, "rounds down to 0"),
+        ("slice", {"sparsity": 0.8}, "less than one attention head"),
+        ("slice", {"sparsity": 0.25, "allocation": "owl"}, "unrecognized"),
+        ("prune", {"pattern": "2:3"}, "divisible by 3"),
+        ("prune", {"seqlen": 4096}, "exceeds the model's context"),
+        ("prune", {"calib_seqlen": 4096}, "calibration seqlen 4096 exceeds"),
+        ("prune", {"method": "slicegpt", "allocation": "owl"}, "uniform"),
+        ("prune", {"method": "attention-gd", "pattern": "2:4"}, "does not support N:M"),
+        ("sweep", {"sparsities": "0,0.5,0.99"}, "rounds down to 0"),
+        ("eval", {"seqlen": 2048}, "exceeds the model's context"),
+    ],
+)
+def test_invalid_configs_fail_at_the_edge(store, command, values, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        requests.plan_request(command, {"model": "tiny-llama", "device": "cpu", **values}, store)
+    assert store.list() == []
+
+
+@pytest.mark.slow
+def test_cli_slice_0999_fails_fast(tmp_path) -> None:
+    """The embedded model's width check needs only its config.json (the whole process,
+    interpreter start-up included, well under the 10 s budget on an idle machine)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "core", "slice", "--sparsity", "0.999", "--store", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "rounds down to 0" in proc.stderr
+    assert RunStore(tmp_path).list() == []
+    print(f"slice --sparsity 0.999 failed in {time.perf_counter() - t0:.1f} s")
+
+
+def _core_modules() -> list[str]:
+    names = []
+    for path in sorted((ROOT / "core").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] != "__main__":  # runs the CLI when imported
+            names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """core modules a file imports anywhere (functions included)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out |= {
+                n
+                for n in (node.module, *(f"{node.module}.{a.name}" for a in node.names))
+                if n in known
+            }
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in known}
+    return out
+
+
+def test_core_has_no_import_cycle_and_every_module_imports() -> None:
+    names = _core_modules()
+    files = {n: ROOT / (n.replace(".", "/") + ".py") for n in names}
+    files = {n: f if f.is_file() else f.with_suffix("") / "__init__.py" for n, f in files.items()}
+    graph = {n: _imports(f, set(names)) - {n} for n, f in files.items()}
+    state: dict[str, int] = {}
+
+    def visit(n: str, stack: list[str]) -> None:
+        state[n] = 1
+        for m in sorted(graph[n]):
+            assert state.get(m) != 1, f"import cycle: {' -> '.join([*stack, n, m])}"
+            if m not in state:
+                visit(m, [*stack, n])
+        state[n] = 2
+
+    for n in names:
+        if n not in state:
+            visit(n, [])
+    # Every module imports in a fresh interpreter.
+    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *names], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# Optional heavy dependencies a function may import when it needs them.
+OPTIONAL = {"lm_eval", "datasets", "resource", "pydoc_data"}  # resource: Unix only
+
+
+def test_no_imports_inside_functions_except_optional_dependencies() -> None:
+    bad = []
+    for path in sorted((ROOT / "core").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    mods = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    mods = [node.module or ""]
+                else:
+                    continue
+                bad += [
+                    f"{path.name}:{node.lineno} {m}"
+                    for m in mods
+                    if m.split(".")[0] not in OPTIONAL
+                ]
+    assert bad == []
