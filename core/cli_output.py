@@ -132,7 +132,7 @@ def summary_lines(command: str, m: dict[str, Any]) -> list[str]:
                 f"parameters {m['n_params_sliced']:,} vs {m['n_params_dense']:,} dense"
             )
             lines.append(
-                f"forward latency: {m['latency_ms_sliced']:.1f} ms vs {m['latency_ms_dense']:.1f} ms dense"
+                f"forward latency: {m['latency_ms']:.1f} ms vs {m['latency_ms_dense']:.1f} ms dense"
             )
         if "achieved_sparsity" in m:
             lines.append(

@@ -32,6 +32,7 @@ T_ACCURACY = "accuracy"  # sweep with tasks: accuracy per (s, task)
 T_ACCURACY_FIT = "accuracy_fit"  # sweep with tasks: (A2) fits per task and mean
 T_ZEROSHOT = "zeroshot"  # zero-shot accuracy per task
 T_ZEROSHOT_ITEMS = "zeroshot_items"  # zero-shot per-item predictions
+T_EVAL_WINDOWS = "eval_windows"  # eval/prune/slice: NLL of every evaluation window
 
 # ---- stored arrays ---------------------------------------------------------------------------------
 A_METHOD = "method"  # a method's own arrays (masks)
@@ -41,5 +42,7 @@ A_SPECTRA = "spectra"  # slice: eigenvalues at every boundary
 # ---- metric keys -------------------------------------------------------------------------------------
 SUMMARY_COLUMNS = ("ppl", "dense_ppl", "achieved_sparsity", "prune_seconds")  # runs table
 EFFDIM_PREFIX = "effdim_"
-EFFDIM_KEY = "mean_pca99"  # the effective-dimension statistic the relation is tested with
+# The effective-dimension statistic fixed in advance (core.effdim.PRIMARY, mean over layers);
+# the cross-method relation is tested with it only.
+EFFDIM_KEY = "mean_erank_c"
 DEFAULT_DIM = EFFDIM_PREFIX + EFFDIM_KEY

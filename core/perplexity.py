@@ -31,11 +31,8 @@ class PerplexityResult:
         return {k: v for k, v in asdict(self).items() if k != "window_nll"}
 
     def window_rows(self) -> list[dict[str, float | int]]:
-        """One row per evaluation window: {window, nll} (the WINDOW_TABLE of a run)."""
+        """One row per evaluation window: {window, nll} (a run's T_EVAL_WINDOWS table)."""
         return [{"window": i, "nll": v} for i, v in enumerate(self.window_nll)]
-
-
-WINDOW_TABLE = "eval_windows"  # per-window NLLs of a run's evaluation
 
 
 def window_nll(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Paper A's relations on stored runs, with intervals: what a sweep reports and the app draws.
 
 A sweep point is a sparsity s with one stored slice run per calibration seed; each run holds
-its evaluation windows' NLLs (``WINDOW_TABLE``) and, when zero-shot tasks were asked, its
+its evaluation windows' NLLs (``T_EVAL_WINDOWS``) and, when zero-shot tasks were asked, its
 per-item predictions. ``relation_report`` fits (A1) against the nominal s and the achieved
 s_eff with bootstrap intervals (core.uncertainty) and reads the verdicts from them;
 ``accuracy_report`` does the same for (A2) per task.
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import StoreError
-from core.perplexity import WINDOW_TABLE
+from core.names import T_EVAL_WINDOWS, T_ZEROSHOT_ITEMS
 from core.store import RunStore
 from core.uncertainty import (
     accuracy_intervals,
@@ -25,8 +25,6 @@ from core.uncertainty import (
     relation_intervals,
     relation_verdict,
 )
-
-ITEM_TABLE = "zeroshot_items"
 
 
 @dataclass(frozen=True)
@@ -41,17 +39,17 @@ class SweepPoint:
 def window_nlls(store: RunStore, run_id: str) -> np.ndarray:
     """(windows,) the NLL of each evaluation window of a stored run."""
     run = store.load(run_id)
-    if WINDOW_TABLE not in run.tables():
+    if T_EVAL_WINDOWS not in run.tables():
         raise StoreError(
             f"run {run_id} has no per-window NLLs (made before they were recorded); "
             "re-run it with --force to get intervals"
         )
-    return run.table(WINDOW_TABLE).sort_values("window")["nll"].to_numpy(float)
+    return run.table(T_EVAL_WINDOWS).sort_values("window")["nll"].to_numpy(float)
 
 
 def item_scores(store: RunStore, run_id: str, task: str) -> np.ndarray:
     """(items,) 1.0 where a stored zero-shot result picked the gold answer on ``task``."""
-    items = store.load(run_id).table(ITEM_TABLE)
+    items = store.load(run_id).table(T_ZEROSHOT_ITEMS)
     part = items[items["task"] == task].sort_values("item")
     if part.empty:
         raise StoreError(f"run {run_id} has no zero-shot items for task {task!r}")

@@ -8,9 +8,8 @@ import pytest
 
 from core.config import EvalConfig, ModelSpec, RunConfig
 from core.errors import StoreError
-from core.perplexity import WINDOW_TABLE
+from core.names import T_EVAL_WINDOWS, T_ZEROSHOT_ITEMS
 from core.repdim_report import (
-    ITEM_TABLE,
     SweepPoint,
     accuracy_report,
     relation_report,
@@ -25,9 +24,9 @@ def put(store, tag: str, nll: np.ndarray | None = None, items: list[dict] | None
                     extra=(("tag", tag),))  # fmt: skip
     with store.begin(cfg) as w:
         if nll is not None:
-            w.write_table(WINDOW_TABLE, [{"window": i, "nll": v} for i, v in enumerate(nll)])
+            w.write_table(T_EVAL_WINDOWS, [{"window": i, "nll": v} for i, v in enumerate(nll)])
         if items is not None:
-            w.write_table(ITEM_TABLE, items)
+            w.write_table(T_ZEROSHOT_ITEMS, items)
         w.commit({})
     return cfg.run_id
 

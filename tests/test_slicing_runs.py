@@ -19,10 +19,23 @@ def test_slice_run_is_smaller_and_stored(store):
     m = res["metrics"]
     assert m["d"] == 64 and m["d_sliced"] == 48 and m["s_eff"] == 0.25
     assert m["n_layer_params_sliced"] < m["n_layer_params_dense"]
-    assert m["latency_ms_dense"] > 0 and m["latency_ms_sliced"] > 0
+    assert m["latency_ms_dense"] > 0 and m["latency_ms"] > 0
     run = store.load(res["run_id"])
     assert run.record.kind == "slice" and "boundaries" in run.tables()
     assert run.table("effdim")["width"].max() <= 64
+
+
+def test_slice_metrics_say_what_they_count(store):
+    calib = CalibConfig(DataSpec("pydoc", "train"), nsamples=2, seqlen=64, seed=42)
+    res = run_slice(MODEL, PruneConfig("slicegpt", 0.25), calib, EVAL, store)
+    m = res["metrics"]
+    assert m["n_tokens"] == m["n_windows"] * 64 == 256  # evaluation tokens
+    assert m["calib_tokens"] == 2 * 64  # the PCAs' calibration tokens
+    assert m["latency"] == pytest.approx(m["latency_ms"] / m["latency_ms_dense"])
+    # The tiny Llama ties its embeddings: slicing unties the head, so parameters can grow.
+    assert m["kept_params"] == pytest.approx(m["n_params_sliced"] / m["n_params_dense"], rel=0.01)
+    windows = store.load(res["run_id"]).table("eval_windows")
+    assert len(windows) == 4 and windows["nll"].mean() == pytest.approx(m["nll"])
 
 
 def test_slice_at_zero_keeps_perplexity(store):

@@ -21,12 +21,12 @@ from core.config import RunConfig
 from core.environment import environment_record
 from core.memory import peak_rss_mb, proc_status_mb, release_freed, touch_weights
 from core.models import LoadedModel
-from core.names import EFFDIM_PREFIX, T_EFFDIM
+from core.names import EFFDIM_PREFIX, T_EFFDIM, T_EVAL_WINDOWS
 from core.perplexity import evaluate_perplexity
 from core.progress import ProgressFn, report
 from core.runs.dense import run_eval
-from core.runs.measure import residual_effdim
-from core.runs.resources import EFFDIM_WINDOWS, get_calib_windows, get_eval_windows, get_model
+from core.runs.measure import forward_latency_ms, nonzero_params, residual_effdim
+from core.runs.resources import effdim_windows, get_calib_windows, get_eval_windows, get_model
 from core.runs.store_access import cached_result, result, tee
 from core.runs.zeroshot import dense_zeroshot, pruned_zeroshot
 from core.store import RunStore, RunWriter
@@ -58,6 +58,7 @@ class Prologue:
     data_info: dict[str, Any]
     calib_ids: torch.Tensor  # (nsamples, seqlen) calibration windows
     calib_info: dict[str, Any]
+    latency_ms_dense: float  # forward time of one evaluation window before the change
 
 
 def prologue(cfg: RunConfig, store: RunStore, writer: RunWriter, progress: ProgressFn) -> Prologue:
@@ -73,6 +74,7 @@ def prologue(cfg: RunConfig, store: RunStore, writer: RunWriter, progress: Progr
     windows, data_info = get_eval_windows(lm, cfg.eval)
     calib_ids, calib_info = get_calib_windows(lm, cfg.calib)
     device = torch.device(cfg.model.device)
+    latency_dense = forward_latency_ms(lm.model, cfg.eval.seqlen, device)
     return Prologue(
         cfg,
         writer,
@@ -86,6 +88,7 @@ def prologue(cfg: RunConfig, store: RunStore, writer: RunWriter, progress: Progr
         data_info,
         calib_ids,
         calib_info,
+        latency_dense,
     )
 
 
@@ -93,8 +96,13 @@ def epilogue(p: Prologue, own: dict[str, Any], save: Callable[[str], str], save_
     """Perplexity and effective dimension of the changed model, zero-shot accuracy, the
     metrics every prune/slice run has (``own``: the kind's, placed after the headline)."""
     pruned = evaluate_perplexity(p.lm.model, p.windows, p.cfg.eval.batch_size, p.device, p.progress)
-    eff = residual_effdim(p.lm, p.windows[:EFFDIM_WINDOWS], p.device, p.progress)
+    eff_ids = effdim_windows(p.windows, p.lm.adapter.hidden_size)
+    eff = residual_effdim(p.lm, eff_ids, p.device, p.progress)
     p.writer.write_table(T_EFFDIM, eff["rows"])
+    p.writer.write_table(T_EVAL_WINDOWS, pruned.window_rows())
+    # What the run keeps, for comparisons at matched budgets (core.budget).
+    latency = forward_latency_ms(p.lm.model, p.cfg.eval.seqlen, p.device)
+    n_dense = p.dense["metrics"]["model"]["n_params"]
     metrics = {
         "dense_ppl": p.dense["metrics"]["ppl"],
         "dense_run": p.dense["run_id"],
@@ -103,6 +111,10 @@ def epilogue(p: Prologue, own: dict[str, Any], save: Callable[[str], str], save_
         "n_windows": pruned.n_windows,
         "n_tokens": pruned.n_tokens,
         "eval_tokens_per_s": pruned.tokens_per_s,
+        "latency_ms_dense": p.latency_ms_dense,
+        "latency_ms": latency,
+        "latency": latency / p.latency_ms_dense,
+        "kept_params": nonzero_params(p.lm.model) / n_dense,
         **own,
         **{f"{EFFDIM_PREFIX}{k}": v for k, v in eff["overall"].items()},
         "data": p.data_info,

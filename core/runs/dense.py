@@ -9,12 +9,12 @@ import torch
 from core.config import EvalConfig, ModelSpec, RunConfig
 from core.environment import environment_record
 from core.models import LoadedModel
-from core.names import EFFDIM_PREFIX, T_EFFDIM
+from core.names import EFFDIM_PREFIX, T_EFFDIM, T_EVAL_WINDOWS
 from core.perplexity import evaluate_perplexity
 from core.progress import ProgressFn, report
 from core.runs.measure import residual_effdim
 from core.runs.plan import plan_eval
-from core.runs.resources import EFFDIM_WINDOWS, get_eval_windows, get_model
+from core.runs.resources import effdim_windows, get_eval_windows, get_model
 from core.runs.store_access import result, stored_or_wait, tee
 from core.store import RunStore
 
@@ -39,8 +39,10 @@ def execute_eval(
         writer.write_env(environment_record(cfg.model.device))
         device = torch.device(cfg.model.device)
         res = evaluate_perplexity(lm.model, windows, cfg.eval.batch_size, device, progress)
-        eff = residual_effdim(lm, windows[:EFFDIM_WINDOWS], device, progress)
+        eff_ids = effdim_windows(windows, lm.adapter.hidden_size)
+        eff = residual_effdim(lm, eff_ids, device, progress)
         writer.write_table(T_EFFDIM, eff["rows"])
+        writer.write_table(T_EVAL_WINDOWS, res.window_rows())
         metrics = {
             **res.to_dict(),
             "data": data_info,

@@ -33,6 +33,11 @@ def weight_sparsity(lm: LoadedModel, roles: tuple[str, ...]) -> dict[str, float]
     return {"achieved_sparsity": z_t / max(n_t, 1), "decoder_sparsity": z_a / max(n_a, 1)}
 
 
+def nonzero_params(model: nn.Module) -> int:
+    """Non-zero parameters of the whole model (a tied matrix counted once)."""
+    return sum(int(torch.count_nonzero(p)) for p in model.parameters())
+
+
 def qk_arrays(lm: LoadedModel, max_hidden: int = 2048) -> dict[str, torch.Tensor]:
     """Pruned W_Q/W_K (float16) per layer for attention heatmaps of any prompt later.
 

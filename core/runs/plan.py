@@ -146,14 +146,21 @@ def plan_sweep(
     eval_cfg: EvalConfig,
     options: tuple = (),
     zeroshot: ZeroShotConfig | None = None,
+    seeds: tuple[int, ...] = (),
 ) -> RunConfig:
-    """A SliceGPT sweep over the grid; every point is validated."""
+    """A SliceGPT sweep over the grid; every point is validated. ``seeds``: calibration seeds,
+    one slice run per (s, seed) so the intervals resample the calibration draw too (empty:
+    the calibration config's own seed, and the run id of a sweep without seeds)."""
     grid = tuple(sorted({float(s) for s in sparsities}))
     if not grid:
         raise ConfigError("the sweep needs at least one sparsity")
+    if len(set(seeds)) != len(seeds) or any(not isinstance(x, int) or x < 0 for x in seeds):
+        raise ConfigError(f"seeds must be distinct non-negative integers, got {list(seeds)}")
     base = PruneConfig("slicegpt", 0.0, options=options)  # as given: it is the sweep's id
     resolve_prune_config(base)
     extra: tuple = (("sparsities", grid),)
+    if seeds:
+        extra += (("seeds", tuple(seeds)),)
     if zeroshot is not None:
         extra += (("zeroshot", zeroshot_dict(zeroshot)),)
     cfg = RunConfig(SWEEP, resolve_model_spec(model), eval_cfg, calib, base, extra=extra)
@@ -161,13 +168,15 @@ def plan_sweep(
     return cfg
 
 
-def sweep_points(cfg: RunConfig) -> list[tuple[float, RunConfig]]:
-    """(s, the slice run's config) for every point of a sweep config."""
+def sweep_points(cfg: RunConfig) -> list[tuple[float, list[RunConfig]]]:
+    """(s, the slice runs' configs, one per calibration seed) for every point of a sweep."""
     extra = tuple((k, v) for k, v in cfg.extra if k == "zeroshot")
+    seeds = cfg.extra_value("seeds") or (cfg.calib.seed,)
+    calibs = [dataclasses.replace(cfg.calib, seed=int(seed)) for seed in seeds]
     points = []
     for s in cfg.extra_value("sparsities"):
         prune = resolve_prune_config(dataclasses.replace(cfg.prune, sparsity=s))
-        points.append((s, RunConfig(SLICE, cfg.model, cfg.eval, cfg.calib, prune, extra)))
+        points.append((s, [RunConfig(SLICE, cfg.model, cfg.eval, c, prune, extra) for c in calibs]))
     return points
 
 

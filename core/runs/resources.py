@@ -12,9 +12,8 @@ import torch
 from core.config import CalibConfig, EvalConfig, ModelSpec
 from core.data import calibration_windows, eval_windows, load_corpus
 from core.device import dtype_name, resolve_device, resolve_dtype
+from core.effdim import windows_needed
 from core.models import LoadedModel, load_model
-
-EFFDIM_WINDOWS = 4  # held-out windows on which the residual stream's dimension is measured
 
 _PRISTINE: dict[tuple, LoadedModel] = {}  # at most one entry: a new model evicts the old one
 _WINDOW_CACHE: dict[tuple, tuple[torch.Tensor, dict[str, Any]]] = {}
@@ -74,3 +73,9 @@ def get_calib_windows(lm: LoadedModel, cfg: CalibConfig) -> tuple[torch.Tensor, 
     corpus = load_corpus(cfg.data)
     ids = calibration_windows(lm.tokenizer, corpus, cfg.nsamples, cfg.seqlen, cfg.seed)
     return ids, {"dataset": corpus.name, "split": corpus.split, "source": corpus.source}
+
+
+def effdim_windows(windows: torch.Tensor, width: int) -> torch.Tensor:
+    """The first evaluation windows that hold the effective dimension's 10·d tokens (all of
+    them when there are fewer; the run then records ``enough_tokens = False``)."""
+    return windows[: windows_needed(width, windows.shape[1])]

@@ -1,5 +1,6 @@
 """The 'slice' run kind: SliceGPT slices the representation dimension d to d′ = (1 − s)·d;
-perplexity, parameter count and forward latency are measured against the dense model."""
+perplexity, parameter count and forward latency (the common epilogue) are measured against
+the dense model."""
 
 from __future__ import annotations
 
@@ -13,20 +14,17 @@ from core.names import A_SPECTRA, T_BOUNDARIES
 from core.progress import ProgressFn
 from core.runs.apply import apply_prune
 from core.runs.common import Prologue, RunOptions, run_changed_model
-from core.runs.measure import forward_latency_ms, memory_report, start_phase
+from core.runs.measure import memory_report, start_phase
 from core.store import RunStore
 
 
 def _slice(p: Prologue) -> dict[str, Any]:
     """The slice kind's own step: slice, then store the PCA cut at every boundary."""
-    seqlen = p.cfg.eval.seqlen
-    latency_dense = forward_latency_ms(p.lm.model, seqlen, p.device)
     start_phase()
     t0 = time.perf_counter()
     rep, _ = apply_prune(p.lm, p.cfg.prune, p.calib_ids, p.device, p.progress)
     slice_seconds = time.perf_counter() - t0
     memory = memory_report(p.lm, p.calib_ids, p.loaded_rss)
-    latency_sliced = forward_latency_ms(p.lm.model, seqlen, p.device)
     p.writer.write_table(T_BOUNDARIES, rep.rows)
     p.writer.write_arrays(A_SPECTRA, {"eigenvalues": rep.spectra})
     summary = rep.summary()
@@ -34,8 +32,6 @@ def _slice(p: Prologue) -> dict[str, Any]:
     return {
         **summary,
         "prune_seconds": slice_seconds,
-        "latency_ms_dense": latency_dense,
-        "latency_ms_sliced": latency_sliced,
         **memory,
         "model": {"hidden_size_sliced": rep.d_sliced},
     }

@@ -110,7 +110,7 @@ class SliceReport:
     n_params_sliced: int
     n_layer_params_dense: int
     n_layer_params_sliced: int
-    n_tokens: int
+    calib_tokens: int  # calibration tokens the PCAs saw
     seconds: float
     options: SliceOptions
     rows: list[dict[str, Any]]
@@ -132,7 +132,7 @@ class SliceReport:
             "param_ratio": self.n_params_sliced / self.n_params_dense,
             "n_layer_params_dense": self.n_layer_params_dense,
             "n_layer_params_sliced": self.n_layer_params_sliced,
-            "n_tokens": self.n_tokens,
+            "calib_tokens": self.calib_tokens,
             "seconds": self.seconds,
             "options": asdict(self.options),
         }
@@ -301,7 +301,7 @@ def slice_model(
         n_params_sliced=adapter.n_params(),
         n_layer_params_dense=n_layers_dense,
         n_layer_params_sliced=_n_layer_params(adapter),
-        n_tokens=int(calib_ids.numel()),
+        calib_tokens=int(calib_ids.numel()),
         seconds=time.perf_counter() - t0,
         options=options,
         rows=bounds.rows,
