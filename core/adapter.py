@@ -112,6 +112,11 @@ class ModelAdapter:
         return layer.input_layernorm
 
     @staticmethod
+    def qk_norms(layer: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
+        """Per-head norms applied to q and k before RoPE (Qwen3's q_norm/k_norm), or None."""
+        return _get(layer, "self_attn.q_norm"), _get(layer, "self_attn.k_norm")
+
+    @staticmethod
     def post_attention_norm(layer: nn.Module) -> nn.Module:
         return layer.post_attention_layernorm
 

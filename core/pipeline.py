@@ -397,6 +397,7 @@ def run_prune(
             "prune_seconds": prune_seconds, "layer_seconds": result.layer_seconds,
             **weight_sparsity(lm, roles), **{f"effdim_{k}": v for k, v in eff["overall"].items()},
             **(summarize_attention(attn_rows) if attn_rows else {}),
+            **method.run_summary(result.tables),
             "data": data_info, "calib": calib_info, "model": lm.adapter.describe(),
         }  # fmt: skip
         metrics.update(memory, peak_rss_mb=peak_rss_mb())

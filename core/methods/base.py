@@ -124,3 +124,8 @@ class Method:
 
     def prune_layer(self, ctx: LayerContext) -> list[LinearReport]:
         raise NotImplementedError
+
+    def run_summary(self, tables: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+        """Run-level metrics a method derives from its own tables (merged into the run's
+        metrics by the pipeline); none by default."""
+        return {}
