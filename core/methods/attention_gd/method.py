@@ -121,7 +121,7 @@ class AttentionGD(Method):
         lin_q, lin_k = ctx.linears["q"], ctx.linears["k"]
         dtype, device = DTYPES[opts.dtype], lin_q.weight.device
         sparsity = {role: check_sparsity(ctx.sparsity.get(role, 0.0)) for role in ("q", "k")}
-        X = ctx.inputs["q"][: opts.max_seq].to(device=device, dtype=dtype)  # (N, L, d)
+        X = ctx.inputs["q"][: opts.max_seq, : opts.max_len].to(device=device, dtype=dtype)  # (N, L, d)
         rope = None
         if opts.rope and ctx.position_embeddings is not None:
             rope = rope_tables(ctx.position_embeddings, X.shape[1], dtype, device)
@@ -131,7 +131,8 @@ class AttentionGD(Method):
         stats = ctx.stats.get("q")
         col_sq = stats.col_sq_norms if stats is not None else ctx.inputs["q"].square().sum((0, 1))
         gen = torch.Generator().manual_seed(opts.seed + ctx.index)
-        M = {role: initial_mask(W[role], opts.init, col_sq, gen) for role in ("q", "k")}
+        M = {role: initial_mask(W[role], opts.init, col_sq, gen, sparsity[role], opts.scope)
+             for role in ("q", "k")}  # fmt: skip
         x_norms = spectral_norms(X) if opts.checks != "none" else None
         groups: list[GroupResult] = []
         for g in range(n_kv):

@@ -21,6 +21,7 @@ from core.errors import ConfigError
 from core.methods.attention_gd.diagnostics import Run
 from core.methods.attention_gd.objective import GroupProblem, HeadExtras, LossGrad
 from core.methods.attention_gd.options import DTYPES, INITS, AttentionGDOptions
+from core.methods.wanda import wanda_mask
 
 log = logging.getLogger(__name__)
 MAX_HALVINGS = 40  # step-size halvings before a step is given up as numerically converged
@@ -31,13 +32,20 @@ def initial_mask(
     init: str,
     col_sq_norms: Tensor | None = None,
     generator: torch.Generator | None = None,
+    sparsity: float = 0.0,
+    scope: str = "row",
 ) -> Tensor:
     """M₀ for an (out, in) weight, continuous in [0, 1]:
     "ones"; "magnitude" |W_ij| / max_j |W_ij|; "wanda" S_ij / max_j S_ij with Wanda's
     S = |W|·‖X_j‖ (``col_sq_norms`` (in,) = ‖X_j‖²); "random" U(0, 1) from ``generator``.
-    Binarising the scaled inits by M per row reproduces that baseline's mask exactly."""
+    Binarising the scaled inits by M per row reproduces that baseline's mask exactly.
+    "wanda_mask": the 0/1 Wanda keep mask at ``sparsity`` and ``scope``."""
     if init == "ones":
         return torch.ones_like(W)
+    if init == "wanda_mask":
+        if col_sq_norms is None:
+            raise ConfigError("init='wanda_mask' needs the input column norms")
+        return (~wanda_mask(W, col_sq_norms.to(W), sparsity, scope)).to(W.dtype)
     if init == "magnitude":
         S = W.abs()
     elif init == "wanda":

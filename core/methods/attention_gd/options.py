@@ -11,7 +11,7 @@ from core.errors import ConfigError
 from core.masks import SCOPES
 
 STEP_RULES = ("auto", "backtracking", "fixed")
-INITS = ("ones", "magnitude", "wanda", "random")
+INITS = ("ones", "magnitude", "wanda", "random", "wanda_mask")
 BINARIZE_RULES = ("mask", "mask_times_weight")
 LAM_SCHEDULES = ("constant", "anneal")
 CHECKS = ("full", "none")
@@ -36,13 +36,16 @@ class AttentionGDOptions:
         "backtracking" (descent-lemma backtracking from ``eta`` or 1, ×2 each step) or "fixed".
     eta: the fixed or first step (> 0). power_iters: Hessian-vector products for "auto".
     init: M₀ = "ones" (Paper B's literal start: data term 0, step 1 only shrinks M),
-        "magnitude" (|W| / row max), "wanda" (|W|·‖X_j‖ / row max) or "random" (U(0, 1),
-        seeded): the scaled inits carry a baseline's ranking so binarising M₀ by M is that
-        baseline's mask, and GD's moves are measurable against it.
+        "magnitude" (|W| / row max), "wanda" (|W|·‖X_j‖ / row max), "random" (U(0, 1),
+        seeded) or "wanda_mask" (Wanda's binary keep mask at the target: L(M₀) is Wanda's
+        attention error and GD refines it): the scaled inits carry a baseline's ranking so
+        binarising M₀ by M is that baseline's mask, and GD's moves are measurable against it.
     binarize: keep the top entries by "mask" (M) or "mask_times_weight" (|M∘W|).
     scope: comparison group of the binarisation, "row" (output row) or "matrix".
     rope / causal / clip: RoPE before the product, causal softmax, project M onto [0, 1].
-    max_seq: calibration sequences used (the first ones; the paper used 8).
+    max_seq: calibration sequences used (the first ones; the paper used 8). max_len: tokens
+        per sequence used (the first ones), so the CLI's 512-token default windows cost what
+        the app's 256 do (a step is O(L²)).
     checks: "full" runs the assumption checks (diagnostics.check_assumptions) per group;
         "none" skips them (the sweep). check_points: off-trajectory points per group.
     dtype: GD precision. others: how V/O/MLP are pruned in the same run. seed: for "random".
@@ -53,7 +56,7 @@ class AttentionGDOptions:
 
     lam: float = 1e-3
     lam_schedule: str = "constant"
-    steps: int = 40
+    steps: int = 20
     tol: float = 1e-3
     step: str = "auto"
     eta: float | None = None
@@ -65,6 +68,7 @@ class AttentionGDOptions:
     causal: bool = True
     clip: bool = False
     max_seq: int = 8
+    max_len: int = 256
     checks: str = "full"
     check_points: int = 4
     dtype: str = "float32"
@@ -99,5 +103,6 @@ class AttentionGDOptions:
         check(self.check_points >= 1, f"check_points must be >= 1, got {self.check_points}")
         check(self.scope in SCOPES, f"scope must be one of {SCOPES}, got {self.scope!r}")
         check(self.max_seq >= 1, f"max_seq must be >= 1, got {self.max_seq}")
+        check(self.max_len >= 2, f"max_len must be >= 2, got {self.max_len}")
         check(self.dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
         check(self.others in OTHERS, f"others must be one of {OTHERS}, got {self.others!r}")
