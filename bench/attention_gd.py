@@ -1,6 +1,6 @@
 """Attention-matrix GD pruning (Paper B): which GD reading, against magnitude, Wanda, SparseGPT.
 
-    python bench/attention_gd.py [--sparsities 0.3 0.5 0.7] [--seeds 0 1 2] [--layers 4 20]
+    python bench/attention_gd.py [--sparsities 0.3 0.5 0.7] [--seeds 0 1 2] [--layers 15] [--ppl-sparsities 0.5]
         [--nsamples 4] [--seqlen 64] [--max-windows 16] [--steps 20] [--store DIR]
 
 Protocol (issue #13). The embedded model; only q_proj/k_proj are pruned, everything else stays
@@ -12,7 +12,7 @@ and on 4 held-out C4 validation windows. The default is the configuration with t
 calibration error averaged over the sparsities (chosen before looking at held-out numbers);
 the table reports held-out mean ± std over seeds, the GD masks' agreement with the magnitude
 and Wanda masks, and seconds per layer. Then, for seed 0 only, perplexity (C4 validation,
---max-windows windows of 256) of the chosen default and of the three baselines through the
+--max-windows windows of 256, at --ppl-sparsities) of the chosen default and of the three baselines through the
 full pipeline (Q/K-only, all layers, sequential calibration; assumption checks off there), and
 the chosen default's seconds per layer on 8 × 256 tokens with and without the checks.
 """
@@ -94,10 +94,10 @@ def main() -> None:
     ap = protocol_parser(__doc__, nsamples=4, seqlen=64, max_windows=16)
     ap.add_argument("--sparsities", type=float, nargs="+", default=[0.3, 0.5, 0.7])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--layers", type=int, nargs="+", default=[4, 20])
+    ap.add_argument("--layers", type=int, nargs="+", default=[15])
     ap.add_argument("--steps", type=int, default=AttentionGDOptions.steps)
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS))
-    ap.add_argument("--skip-ppl", action="store_true")
+    ap.add_argument("--ppl-sparsities", type=float, nargs="*", default=[0.5])
     args = ap.parse_args()
     t_start = time.perf_counter()
     torch.manual_seed(0)
@@ -111,7 +111,9 @@ def main() -> None:
     # res[(name, s)] -> per seed: dict(calib, held, agree_m, agree_w, delta, spl)
     res: dict[tuple[str, float], list[dict]] = {}
     for seed in args.seeds:
-        calib = CalibConfig(DataSpec("c4", "train", args.data_dir), args.nsamples, args.seqlen, seed)
+        calib = CalibConfig(
+            DataSpec("c4", "train", args.data_dir), args.nsamples, args.seqlen, seed
+        )
         ids, _ = get_calib_windows(lm, calib)
         pc = AttentionProbe.capture(ad, ids, "calib", "cpu")
         ph = AttentionProbe.capture(ad, held_ids, "heldout", "cpu", dense=pc.dense)
@@ -163,15 +165,22 @@ def main() -> None:
                   f"{statistics.mean(r['delta'] for r in rows):>10.3f}"
                   f"{statistics.mean(r['t'] for r in rows):>9.2f}")  # fmt: skip
     print()
-    print(f"chosen default (lowest calibration attention error over sparsities): {chosen} "
-          f"= {CONFIGS[chosen]}")
+    print(
+        f"chosen default (lowest calibration attention error over sparsities): {chosen} "
+        f"= {CONFIGS[chosen]}"
+    )
     for s in args.sparsities:
-        best = min([*BASELINES, *args.configs], key=lambda n: statistics.mean(r["held"] for r in res[(n, s)]))
+        best = min(
+            [*BASELINES, *args.configs],
+            key=lambda n: statistics.mean(r["held"] for r in res[(n, s)]),
+        )
         gd = statistics.mean(r["held"] for r in res[(chosen, s)])
         wa = statistics.mean(r["held"] for r in res[("wanda", s)])
-        print(f"{s:.0%}: lowest held-out attention error: {best}; chosen GD {gd:.4f} vs Wanda {wa:.4f}")
+        print(
+            f"{s:.0%}: lowest held-out attention error: {best}; chosen GD {gd:.4f} vs Wanda {wa:.4f}"
+        )
 
-    if not args.skip_ppl:
+    if args.ppl_sparsities:
         perplexities(args, model, chosen, store)
     timing(lm, chosen, args)
     print(f"\nbench wall time {(time.perf_counter() - t_start) / 60:.1f} min")
@@ -186,7 +195,7 @@ def perplexities(args, model, chosen: str, store) -> None:
     print(f"{'sparsity':>8}  {'method':<22}{'ppl':>9}{'held-out err':>14}{'agree mag':>10}"
           f"{'agree wanda':>12}{'gd verdict':>14}{'s/layer':>9}")  # fmt: skip
     dense = None
-    for s in args.sparsities:
+    for s in args.ppl_sparsities:
         for name in [chosen, *BASELINES]:
             if name in BASELINES:
                 prune = PruneConfig(name, s, targets="qk")
@@ -214,9 +223,12 @@ def timing(lm, chosen: str, args) -> None:
         opts = AttentionGDOptions(**CONFIGS[chosen], checks=checks)
         t0 = time.perf_counter()
         _, rep = gd_layer(lm, i, pc.X[i], *pc.dense[i], pc.rope, 0.5, opts)
-        print(f"chosen default, 8 x 256 tokens, layer {i}, 50%, checks={checks}: "
-              f"{time.perf_counter() - t0:.2f} s/layer ({rep.extra['gd_steps']} steps max, "
-              f"{rep.extra['gd_evaluations']} evaluations; goal <= 5 s)", flush=True)
+        print(
+            f"chosen default, 8 x 256 tokens, layer {i}, 50%, checks={checks}: "
+            f"{time.perf_counter() - t0:.2f} s/layer ({rep.extra['gd_steps']} steps max, "
+            f"{rep.extra['gd_evaluations']} evaluations; goal <= 5 s)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

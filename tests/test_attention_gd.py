@@ -16,12 +16,11 @@ from core.methods import get_method
 from core.methods.attention_gd import (
     AttentionGD,
     AttentionGDOptions,
-    HeadExtras,
     binarize,
     gd_prune_group,
-    initial_mask,
     group_loss_and_grad,
     group_loss_autograd,
+    initial_mask,
     lipschitz_upper_bound,
     to_heads,
     to_linear,
@@ -139,7 +138,12 @@ def test_loss_non_increasing_below_the_lipschitz_bound():
     lam = 0.05  # the λ GD uses: λ_rel · n_rows / n_params with n_rows = 2·8·2, n_params = 3·16·4
     bound = lipschitz_upper_bound(X, Wq, Wk, lam, mask_bound=1.0)  # valid on the [0, 1] box
     opts = AttentionGDOptions(
-        lam=lam * 192 / 32, steps=8, tol=0.0, step="fixed", eta=1.0 / bound, clip=True,
+        lam=lam * 192 / 32,
+        steps=8,
+        tol=0.0,
+        step="fixed",
+        eta=1.0 / bound,
+        clip=True,
         dtype="float64",
     )
     res = gd_prune_group(X, Wq, Wk, opts, rope_for(L), Mq0=Mq, Mk0=Mk)

@@ -63,3 +63,10 @@ def test_analytic_bound_below_the_measured_curvature_is_contradicted():
 
 def test_the_rule_is_written():
     assert "contradicted" in RULE and "supported" in RULE and "inconclusive" in RULE
+
+
+def test_controls_table_matches_expectations():
+    from core.methods.attention_gd.controls import controls
+
+    rows = controls()
+    assert [r["verdict"] for r in rows] == [r["expected"] for r in rows]

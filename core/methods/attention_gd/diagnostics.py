@@ -32,6 +32,7 @@ a non-Lipschitz |x|^{3/2} has Hessian slope −⅓, a quadratic has slope 0 for 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -126,7 +127,10 @@ def top_hessian_eig(obj: Objective, x: Tensor, grad: Tensor, iters: int, seed: i
 
 def _fit(x: list[float], y: list[float]) -> tuple[float, float, float]:
     """Least-squares slope and r² of log y on log x, and the decades x spans."""
-    lx, ly = torch.tensor(x, dtype=torch.float64).log10(), torch.tensor(y, dtype=torch.float64).log10()
+    lx, ly = (
+        torch.tensor(x, dtype=torch.float64).log10(),
+        torch.tensor(y, dtype=torch.float64).log10(),
+    )
     if len(lx) < 3 or float(lx.max() - lx.min()) == 0.0:
         return math.nan, math.nan, 0.0
     xc, yc = lx - lx.mean(), ly - ly.mean()
@@ -196,11 +200,14 @@ def check_assumptions(
     if len(near) != sum(gn > 0 for _, _, gn in near):
         pl_slope, pl_r2, pl_dec = math.nan, math.nan, 0.0
     # Smoothness: Hessian at iterates spread geometrically along the judged run.
-    idx = sorted({kept[round((len(kept) - 1) * k / max(hessian_at - 1, 1))] for k in range(hessian_at)})
+    idx = sorted(
+        {kept[round((len(kept) - 1) * k / max(hessian_at - 1, 1))] for k in range(hessian_at)}
+    )
     hess = {t: top_hessian_eig(obj, judged.xs[t], judged.grads[t], power_iters, seed) for t in idx}
     secants = {
-        b: (judged.grads[b] - judged.grads[a]).norm().item() / (judged.xs[b] - judged.xs[a]).norm().item()
-        for a, b in zip(kept, kept[1:], strict=False)
+        b: (judged.grads[b] - judged.grads[a]).norm().item()
+        / (judged.xs[b] - judged.xs[a]).norm().item()
+        for a, b in itertools.pairwise(kept)
         if b == a + 1 and (judged.xs[b] - judged.xs[a]).norm().item() > 0
     }
     # Curvature estimates (Hessian and secants) against the gap of the point they belong to.
@@ -221,7 +228,12 @@ def check_assumptions(
         reasons.append(f"PL ratio vanishes as L → L* (slope {pl_slope:.2f})")
     if stuck:
         reasons.append("a point above L* with zero gradient")
-    if h_slope <= HESS_SLOPE and h_r2 >= MIN_R2 and h_dec >= MIN_DECADES and h_growth >= HESS_GROWTH:
+    if (
+        h_slope <= HESS_SLOPE
+        and h_r2 >= MIN_R2
+        and h_dec >= MIN_DECADES
+        and h_growth >= HESS_GROWTH
+    ):
         reasons.append(f"Hessian grows as L → L* (slope {h_slope:.2f}, ×{h_growth:.1f})")
     if math.isfinite(analytic_bound) and lip_hat > 1.05 * analytic_bound:
         reasons.append(f"L̂ {lip_hat:.3g} exceeds the analytical bound {analytic_bound:.3g}")

@@ -37,6 +37,9 @@ from core.methods.magnitude import magnitude_mask
 from core.methods.wanda import wanda_mask
 
 log = logging.getLogger(__name__)
+# Tables every attention-gd run writes (pages import these names).
+TABLE_TRAJECTORY, TABLE_GROUPS = "gd_trajectory", "gd_groups"
+TABLE_HEADS, TABLE_AGREEMENT = "gd_heads", "gd_agreement"
 
 
 def mask_scores(M: Tensor, W: Tensor, rule: str) -> Tensor:
@@ -121,13 +124,18 @@ class AttentionGD(Method):
         lin_q, lin_k = ctx.linears["q"], ctx.linears["k"]
         dtype, device = DTYPES[opts.dtype], lin_q.weight.device
         sparsity = {role: check_sparsity(ctx.sparsity.get(role, 0.0)) for role in ("q", "k")}
-        X = ctx.inputs["q"][: opts.max_seq, : opts.max_len].to(device=device, dtype=dtype)  # (N, L, d)
+        X = ctx.inputs["q"][: opts.max_seq, : opts.max_len].to(
+            device=device, dtype=dtype
+        )  # (N, L, d)
         rope = None
         if opts.rope and ctx.position_embeddings is not None:
             rope = rope_tables(ctx.position_embeddings, X.shape[1], dtype, device)
         elif opts.rope:
             log.warning("layer %d: the model gave no RoPE tables; GD runs without", ctx.index)
-        W = {"q": lin_q.weight.detach().to(dtype, copy=True), "k": lin_k.weight.detach().to(dtype, copy=True)}
+        W = {
+            "q": lin_q.weight.detach().to(dtype, copy=True),
+            "k": lin_k.weight.detach().to(dtype, copy=True),
+        }
         stats = ctx.stats.get("q")
         col_sq = stats.col_sq_norms if stats is not None else ctx.inputs["q"].square().sum((0, 1))
         gen = torch.Generator().manual_seed(opts.seed + ctx.index)
@@ -147,7 +155,7 @@ class AttentionGD(Method):
         checks = [self._check(res, extras[g], x_norms) for g, res in enumerate(groups)]
         agree = self._agreement(ctx, W, keep, sparsity, col_sq)
         errors = self._record(ctx, groups, checks, keep, r, head_dim)
-        ctx.add_rows("gd_agreement", agree)
+        ctx.add_rows(TABLE_AGREEMENT, agree)
         for role in ("q", "k"):
             ctx.arrays[f"mask.layer{ctx.index}.{role}"] = keep[role].cpu()
         delta = math.sqrt(sum(res.mask_delta**2 for res in groups) / len(groups))
@@ -159,10 +167,14 @@ class AttentionGD(Method):
                      "agree_wanda": row["agreement_wanda"],
                      "gd_steps": max(int(res.trajectory[-1]["step"]) for res in groups),
                      "gd_evaluations": sum(res.evaluations for res in groups)}  # fmt: skip
-            reports.append(_write_masked(ctx, role, lin, keep[role], sparsity[role], seconds, extra))
+            reports.append(
+                _write_masked(ctx, role, lin, keep[role], sparsity[role], seconds, extra)
+            )
         return reports
 
-    def _check(self, res: GroupResult, extras: HeadExtras, x_norms: Tensor | None) -> dict[str, Any]:
+    def _check(
+        self, res: GroupResult, extras: HeadExtras, x_norms: Tensor | None
+    ) -> dict[str, Any]:
         """Assumption checks of one group at its last λ (diagnostics rule)."""
         if self.options.checks == "none" or not res.run.values:
             return {"verdict": "not_checked"}
@@ -215,15 +227,15 @@ class AttentionGD(Method):
                 if row["matrix"] == "group" and row["loss"] - star > 0:
                     pl = 0.5 * row["grad_norm"] ** 2 / (row["loss"] - star)
                 traj.append({"layer": ctx.index, "group": g, **row, "head": head, "pl_ratio": pl})
-            ctx.add_rows("gd_trajectory", traj)
+            ctx.add_rows(TABLE_TRAJECTORY, traj)
             first, last = res.trajectory[0], res.trajectory[-1 - r - 1]
-            ctx.add_rows("gd_groups", [{
+            ctx.add_rows(TABLE_GROUPS, [{
                 "layer": ctx.index, "group": g, "steps": int(last["step"]),
                 "loss_start": first["loss"], "loss_end": last["loss"], "lam": res.lam,
                 "mask_delta": res.mask_delta, "evaluations": res.evaluations,
                 "seconds": res.seconds, "attn_fro_rel": float(rel.mean()), **chk,
             }])  # fmt: skip
-            ctx.add_rows("gd_heads", [{
+            ctx.add_rows(TABLE_HEADS, [{
                 "layer": ctx.index, "group": g, "matrix": "q", "head": g * r + h,
                 "attn_fro_rel": float(rel[h]), "attn_tv_max": float(tv[h]),
                 "verdict": chk["verdict"], "mu_hat": chk.get("mu_hat", math.nan),
@@ -234,7 +246,7 @@ class AttentionGD(Method):
     def run_summary(self, tables: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         """Run-level metrics: mask agreement with magnitude / Wanda (kept entries shared, over
         all q/k), mean ‖M_T − M₀‖/‖M₀‖ and the verdict counts of the assumption checks."""
-        agree, groups = tables.get("gd_agreement", []), tables.get("gd_groups", [])
+        agree, groups = tables.get(TABLE_AGREEMENT, []), tables.get(TABLE_GROUPS, [])
         kept = sum(row["kept"] for row in agree)
         out: dict[str, Any] = {
             "mask_agreement_magnitude": sum(r["shared_magnitude"] for r in agree) / max(kept, 1),

@@ -204,7 +204,9 @@ class GroupProblem:
 
     def dense_norms(self) -> Tensor:
         """(r,) ‖Y_h‖_F over all sequences, for relative errors."""
-        return sum(torch.linalg.vector_norm(ch.Y, dim=(0, 2, 3)).square() for ch in self.chunks).sqrt()
+        return sum(
+            torch.linalg.vector_norm(ch.Y, dim=(0, 2, 3)).square() for ch in self.chunks
+        ).sqrt()
 
     def loss(self, Mq: Tensor, Mk: Tensor, lam: float) -> Tensor:
         """L(M) only (no backward pass): used by backtracking line search."""
