@@ -61,7 +61,7 @@ class AttentionGDOptions:
     step: str = "auto"
     eta: float | None = None
     power_iters: int = 3
-    init: str = "wanda"
+    init: str = "wanda_mask"
     binarize: str = "mask"
     scope: str = "row"
     rope: bool = True
