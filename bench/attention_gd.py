@@ -46,6 +46,18 @@ CONFIGS: dict[str, dict] = {
     "M0=wanda, M, anneal": {"init": "wanda", "binarize": "mask", "lam_schedule": "anneal"},
     "M0=wanda mask, M": {"init": "wanda_mask", "binarize": "mask"},
 }
+# Supplementary readings (not in the default sweep): a penalty large enough to matter.
+EXTRA_CONFIGS: dict[str, dict] = {
+    "M0=wanda, M, lam=1": {"init": "wanda", "binarize": "mask", "lam": 1.0},
+    "M0=wanda, M, lam=1, anneal": {
+        "init": "wanda",
+        "binarize": "mask",
+        "lam": 1.0,
+        "lam_schedule": "anneal",
+    },
+    "M0=1, M, lam=1": {"init": "ones", "binarize": "mask", "lam": 1.0},
+}
+CONFIGS_ALL = {**CONFIGS, **EXTRA_CONFIGS}
 BASELINES = ("magnitude", "wanda", "sparsegpt")
 
 
@@ -96,8 +108,11 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--layers", type=int, nargs="+", default=[15])
     ap.add_argument("--steps", type=int, default=AttentionGDOptions.steps)
-    ap.add_argument("--configs", nargs="+", default=list(CONFIGS))
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS_ALL))
     ap.add_argument("--ppl-sparsities", type=float, nargs="*", default=[0.5])
+    ap.add_argument(
+        "--timing-checks", nargs="*", default=["none", "full"], choices=["none", "full"]
+    )
     args = ap.parse_args()
     t_start = time.perf_counter()
     torch.manual_seed(0)
@@ -126,7 +141,7 @@ def main() -> None:
                     if name in BASELINES:
                         pruned = (baseline(name, Wq, X, s), baseline(name, Wk, X, s))
                     else:
-                        opts = AttentionGDOptions(**CONFIGS[name], steps=args.steps, checks="none",
+                        opts = AttentionGDOptions(**CONFIGS_ALL[name], steps=args.steps, checks="none",
                                                   seed=seed)  # fmt: skip
                         pruned, rep = gd_layer(lm, i, X, Wq, Wk, pc.rope, s, opts)
                         acc["agree_m"].append(rep.extra["agree_magnitude"])
@@ -167,7 +182,7 @@ def main() -> None:
     print()
     print(
         f"chosen default (lowest calibration attention error over sparsities): {chosen} "
-        f"= {CONFIGS[chosen]}"
+        f"= {CONFIGS_ALL[chosen]}"
     )
     for s in args.sparsities:
         best = min(
@@ -200,7 +215,7 @@ def perplexities(args, model, chosen: str, store) -> None:
             if name in BASELINES:
                 prune = PruneConfig(name, s, targets="qk")
             else:
-                opts = {**CONFIGS[name], "steps": args.steps, "checks": "none"}
+                opts = {**CONFIGS_ALL[name], "steps": args.steps, "checks": "none"}
                 prune = PruneConfig("attention-gd", s, targets="qk", options=tuple(opts.items()))
             m = run_prune(model, prune, calib, evalc, store)["metrics"]
             dense = m["dense_ppl"]
@@ -219,8 +234,8 @@ def timing(lm, chosen: str, args) -> None:
     pc = AttentionProbe.capture(lm.adapter, ids, "calib", "cpu")
     i = min(15, lm.adapter.n_layers - 1)
     print()
-    for checks in ("none", "full"):
-        opts = AttentionGDOptions(**CONFIGS[chosen], checks=checks)
+    for checks in args.timing_checks:
+        opts = AttentionGDOptions(**CONFIGS_ALL[chosen], checks=checks)
         t0 = time.perf_counter()
         _, rep = gd_layer(lm, i, pc.X[i], *pc.dense[i], pc.rope, 0.5, opts)
         print(
