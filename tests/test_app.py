@@ -246,7 +246,8 @@ def test_assumptions_page_trajectories_and_summary(filled_store) -> None:
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["groups contradicted"] == "1 / 2" and metrics["run verdict"] == "contradicted"
     assert metrics["kept entries shared with magnitude"] == "80.0%"
-    assert [r for r in at.dataframe if r.key == "controls"]
+    controls = at.dataframe[0].value  # the controls table comes first
+    assert list(controls["verdict"]) == list(controls["expected"])
     at.selectbox(key="gd_layer").set_value(1)
     at.run()
     assert not at.exception
