@@ -105,6 +105,11 @@ class ModelAdapter:
         """role -> nn.Linear of one decoder layer, in canonical order."""
         return {r: _get(layer, ROLE_PATHS[r]) for r in roles}  # type: ignore[misc]
 
+    @staticmethod
+    def qk_norms(layer: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
+        """Per-head norms applied to q and k before RoPE (Qwen3's q_norm/k_norm), or None."""
+        return _get(layer, "self_attn.q_norm"), _get(layer, "self_attn.k_norm")
+
     # ---- geometry --------------------------------------------------------------------
     @property
     def n_layers(self) -> int:

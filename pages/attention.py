@@ -94,6 +94,24 @@ if keep:
         key="mask_k",
     )
     st.caption("Rows: the head's output dimensions; columns: the d input dimensions. Dark = kept.")
+    if "gd_agreement" in run.tables():
+        agree = run.table("gd_agreement")
+        here = agree[agree["layer"] == layer].set_index("role")
+        cols = st.columns(4)
+        for i, role in enumerate(("q", "k")):
+            if role in here.index:
+                cols[2 * i].metric(f"W_{role.upper()} kept entries shared with magnitude",
+                                   f"{here.loc[role, 'agreement_magnitude']:.1%}")  # fmt: skip
+                cols[2 * i + 1].metric(f"W_{role.upper()} kept entries shared with Wanda",
+                                       f"{here.loc[role, 'agreement_wanda']:.1%}")  # fmt: skip
+        m = run.metrics
+        st.caption(
+            "Attention-GD audit: fraction of this layer's GD keep mask that the magnitude / "
+            "Wanda masks at the same sparsity also keep (100 % = GD reproduced that baseline). "
+            f"Whole run: magnitude {m.get('mask_agreement_magnitude', float('nan')):.1%}, "
+            f"Wanda {m.get('mask_agreement_wanda', float('nan')):.1%}, "
+            f"mean ‖M_T − M₀‖/‖M₀‖ {m.get('mask_delta', float('nan')):.3g}."
+        )
 
 st.subheader("Dense vs pruned attention on a prompt")
 prompt = st.text_area("Prompt", DEFAULT_PROMPT, key="attn_prompt", max_chars=400)

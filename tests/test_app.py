@@ -116,7 +116,7 @@ def fake_gd(store: RunStore) -> str:
     prune = PruneConfig("attention-gd", 0.5, targets="qk", options=(("lam", 0.001),))
     cfg = tiny_prune_config(prune)
     steps = np.arange(6)
-    traj, heads = [], []
+    traj, groups, agree = [], [], []
     for layer in range(2):
         for matrix, head in [("group", -1), ("q", 0), ("q", 1), ("k", -1)]:
             loss = 1e-2 * 0.5**steps + 1e-4
@@ -135,27 +135,23 @@ def fake_gd(store: RunStore) -> str:
                 }
                 for t in steps
             ]
-            heads.append(
-                {
-                    "layer": layer,
-                    "group": 0,
-                    "matrix": matrix,
-                    "head": head,
-                    "verdict": "as_predicted" if head != 1 else "slower_than_pl",
-                    "mu": 1e-3,
-                    "lipschitz_max": 1e-3,
-                    "lipschitz_bound": 2e4,
-                    "step_size": 500.0,
-                    "rate_obs": 0.5,
-                    "rate_pred": 0.5,
-                    "fit_r2": 0.99,
-                    "attn_fro_rel": 0.01,
-                }
-            )
+        groups.append({
+            "layer": layer, "group": 0, "verdict": "supported" if layer == 0 else "contradicted",
+            "reason": "test", "mu_hat": 1e-3, "lipschitz_hessian": 2e-3, "lipschitz_secant": 1e-3,
+            "lipschitz_bound": 2e4, "L_star_lo": 1e-4, "L_star_hi": 1.1e-4, "pl_slope": 0.0,
+            "hessian_slope": 0.0, "n_points": 10, "gap_decades": 2.0, "steps": 5,
+            "mask_delta": 0.1, "attn_fro_rel": 0.01,
+        })  # fmt: skip
+        agree += [{"layer": layer, "role": role, "kept": 10, "shared_magnitude": 8,
+                   "shared_wanda": 9, "agreement_magnitude": 0.8, "agreement_wanda": 0.9}
+                  for role in ("q", "k")]  # fmt: skip
     with store.begin(cfg) as w:
         w.write_table("gd_trajectory", traj)
-        w.write_table("gd_heads", heads)
-        w.commit({"dense_ppl": 250.0, "ppl": 251.0, "achieved_sparsity": 0.5})
+        w.write_table("gd_groups", groups)
+        w.write_table("gd_agreement", agree)
+        w.commit({"dense_ppl": 250.0, "ppl": 251.0, "achieved_sparsity": 0.5,
+                  "mask_agreement_magnitude": 0.8, "mask_agreement_wanda": 0.9,
+                  "mask_delta": 0.1, "gd_verdict": "contradicted"})  # fmt: skip
     return cfg.run_id
 
 
@@ -248,7 +244,10 @@ def test_assumptions_page_trajectories_and_summary(filled_store) -> None:
     at = open_page("assumptions")
     assert len(at.get("plotly_chart")) == 1
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["query heads converging as predicted"] == "2 / 4"
+    assert metrics["groups contradicted"] == "1 / 2" and metrics["run verdict"] == "contradicted"
+    assert metrics["kept entries shared with magnitude"] == "80.0%"
+    controls = at.dataframe[0].value  # the controls table comes first
+    assert list(controls["verdict"]) == list(controls["expected"])
     at.selectbox(key="gd_layer").set_value(1)
     at.run()
     assert not at.exception

@@ -162,3 +162,13 @@ class Method:
             on_progress=plan.on_progress,
             **plan.runner_kw,
         )
+
+    @classmethod
+    def check_plan(cls, roles: tuple[str, ...], pattern: str) -> None:
+        """Raise ConfigError for targets or a pattern the method cannot prune; called when a
+        run is planned, before any model is loaded or anything stored. Nothing by default."""
+
+    def run_summary(self, tables: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+        """Run-level metrics a method derives from its own tables (merged into the run's
+        metrics); none by default."""
+        return {}

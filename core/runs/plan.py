@@ -90,7 +90,9 @@ def check_run(cfg: RunConfig) -> None:
     if cfg.prune is None:
         return
     if cfg.kind == PRUNE:
-        check_pattern(geo, resolve_roles(cfg.prune.targets), cfg.prune.pattern)
+        roles = resolve_roles(cfg.prune.targets)
+        check_pattern(geo, roles, cfg.prune.pattern)
+        get_method(cfg.prune.method).check_plan(roles, cfg.prune.pattern)
     elif cfg.kind in (SLICE, SWEEP):
         grid = cfg.extra_value("sparsities") or (cfg.prune.sparsity,)
         for s in grid:

@@ -64,7 +64,8 @@ def _prune(p: Prologue, activations_on_cpu: bool) -> dict[str, Any]:
         p.lm, prune, p.calib_ids, p.device, p.progress, activations_on_cpu=activations_on_cpu
     )
     prune_seconds = time.perf_counter() - t0
-    widths = runner_widths(p.lm, make_method(prune.method, prune.options), roles)
+    method = make_method(prune.method, prune.options)
+    widths = runner_widths(p.lm, method, roles)
     memory = memory_report(p.lm, p.calib_ids, p.loaded_rss, probe_mb(probes), widths)
     p.writer.write_table(T_LAYERS, _layer_rows(result.reports))
     attn_rows = [row for probe in probes for row in probe.errors(p.lm.adapter)]
@@ -83,6 +84,7 @@ def _prune(p: Prologue, activations_on_cpu: bool) -> dict[str, Any]:
         "layer_seconds": result.layer_seconds,
         **weight_sparsity(p.lm, roles),
         **(summarize_attention(attn_rows) if attn_rows else {}),
+        **method.run_summary(result.tables),
         **memory,
     }
 

@@ -1,0 +1,69 @@
+"""Paper B: pruning Q/K by gradient descent on the attention-matrix error (papers.md §3, §7).
+
+One concept per module: ``objective`` (loss + closed-form gradient), ``optimiser`` (M₀, λ
+schedule, step rule, stopping), ``diagnostics`` (assumption checks that can fail), ``bound``
+(the analytical Lipschitz bound), ``options`` and ``method`` (the registered ``attention-gd``).
+Importing this package registers the method (the registry loads it by module name).
+"""
+
+from core.methods.attention_gd.bound import lipschitz_upper_bound, spectral_norms
+from core.methods.attention_gd.diagnostics import (
+    RULE,
+    VERDICTS,
+    AutogradObjective,
+    check_assumptions,
+    descend,
+)
+from core.methods.attention_gd.method import AttentionGD, binarize, head_extras, mask_scores
+from core.methods.attention_gd.objective import (
+    GroupProblem,
+    HeadExtras,
+    LossGrad,
+    group_loss_and_grad,
+    group_loss_autograd,
+    to_heads,
+    to_linear,
+)
+from core.methods.attention_gd.optimiser import (
+    GroupObjective,
+    GroupResult,
+    effective_lam,
+    gd_prune_group,
+    initial_mask,
+)
+from core.methods.attention_gd.options import (
+    BINARIZE_RULES,
+    INITS,
+    LAM_SCHEDULES,
+    AttentionGDOptions,
+)
+
+__all__ = [
+    "BINARIZE_RULES",
+    "INITS",
+    "LAM_SCHEDULES",
+    "RULE",
+    "VERDICTS",
+    "AttentionGD",
+    "AttentionGDOptions",
+    "AutogradObjective",
+    "GroupObjective",
+    "GroupProblem",
+    "GroupResult",
+    "HeadExtras",
+    "LossGrad",
+    "binarize",
+    "check_assumptions",
+    "descend",
+    "effective_lam",
+    "gd_prune_group",
+    "group_loss_and_grad",
+    "group_loss_autograd",
+    "head_extras",
+    "initial_mask",
+    "lipschitz_upper_bound",
+    "mask_scores",
+    "spectral_norms",
+    "to_heads",
+    "to_linear",
+]

@@ -1,0 +1,300 @@
+"""The registered ``attention-gd`` method: Paper B on every layer, with its own audit.
+
+Per layer: joint Q/K mask GD per GQA group (optimiser), binarisation at the target sparsity,
+W ← M_bin∘W; then what the run records so no one mistakes a baseline's mask for a GD result:
+the fraction of the GD keep mask shared with the magnitude and Wanda masks at the same
+sparsity and scope, ‖M_T − M₀‖/‖M₀‖, and the assumption checks (diagnostics) per group.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from core.attention import rope_tables
+from core.errors import ConfigError
+from core.masks import check_sparsity, scope_dim, topk_prune_mask
+from core.methods import get_method, register
+from core.methods.attention_gd.bound import lipschitz_upper_bound, spectral_norms
+from core.methods.attention_gd.diagnostics import check_assumptions
+from core.methods.attention_gd.objective import HeadExtras, to_heads, to_linear
+from core.methods.attention_gd.optimiser import (
+    GroupObjective,
+    GroupResult,
+    gd_prune_group,
+    initial_mask,
+)
+from core.methods.attention_gd.options import BINARIZE_RULES, DTYPES, AttentionGDOptions
+from core.methods.base import LayerContext, LinearReport, Method
+from core.methods.linear import relative_reconstruction_error
+from core.methods.magnitude import magnitude_mask
+from core.methods.wanda import wanda_mask
+
+log = logging.getLogger(__name__)
+# Tables every attention-gd run writes (pages import these names).
+TABLE_TRAJECTORY, TABLE_GROUPS = "gd_trajectory", "gd_groups"
+TABLE_HEADS, TABLE_AGREEMENT = "gd_heads", "gd_agreement"
+
+
+def mask_scores(M: Tensor, W: Tensor, rule: str) -> Tensor:
+    """Binarisation scores, higher = keep: M itself ("mask") or |M∘W| ("mask_times_weight")."""
+    if rule == "mask":
+        return M
+    if rule == "mask_times_weight":
+        return (M * W).abs()
+    raise ConfigError(f"binarize must be one of {BINARIZE_RULES}, got {rule!r}")
+
+
+def binarize(scores: Tensor, sparsity: float, scope: str) -> Tensor:
+    """Bool keep mask (out, in) with exactly ⌊sparsity·n⌋ False per row ("row") or per matrix
+    ("matrix"); among equal scores the lower index is pruned first (stable sort, core.masks)."""
+    return ~topk_prune_mask(scores, check_sparsity(sparsity), scope_dim(scope))
+
+
+def head_extras(ctx: LayerContext, r: int, head_dim: int, group: int) -> HeadExtras:
+    """Biases and q/k norms of GQA group ``group`` (objective.HeadExtras); ConfigError for a
+    q/k norm that is not a per-head RMSNorm with ``weight`` and an epsilon."""
+    lin_q, lin_k = ctx.linears["q"], ctx.linears["k"]
+    bq = None if lin_q.bias is None else lin_q.bias.detach()[group * r * head_dim :]
+    bk = None if lin_k.bias is None else lin_k.bias.detach()[group * head_dim :]
+    gains, eps = [], 1e-6
+    qk_norms = getattr(ctx.adapter, "qk_norms", None)
+    for norm in qk_norms(ctx.layer) if qk_norms else (None, None):
+        if norm is None:
+            gains.append(None)
+            continue
+        weight = getattr(norm, "weight", None)
+        eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+        if weight is None or eps is None or weight.numel() != head_dim:
+            raise ConfigError(
+                f"attention-gd: the q/k norm {type(norm).__name__} is not a per-head RMSNorm "
+                "with a weight and an epsilon; the attention objective does not cover it"
+            )
+        gains.append(weight.detach().float())
+    return HeadExtras(
+        bq=None if bq is None else bq[: r * head_dim].float().view(r, head_dim),
+        bk=None if bk is None else bk[:head_dim].float(),
+        q_gain=gains[0],
+        k_gain=gains[1],
+        norm_eps=float(eps),
+    )
+
+
+@register
+class AttentionGD(Method):
+    """Paper B on every layer: joint Q/K mask GD per GQA group, then binarise and write back.
+
+    Needs the q_proj inputs (``ctx.inputs["q"]``) and, with ``rope``, the layer's RoPE tables.
+    Tables: "gd_trajectory" (per layer, group, block, step), "gd_groups" (per group: steps,
+    ‖M_T − M₀‖, assumption checks), "gd_heads" (per query head: attention error),
+    "gd_agreement" (per layer and q/k: overlap with the magnitude and Wanda keep masks);
+    arrays ``mask.layer{i}.q`` / ``.k``: bool keep masks in nn.Linear layout.
+    """
+
+    name = "attention-gd"
+    options_cls = AttentionGDOptions
+    options: AttentionGDOptions
+    needs_gram = True  # rel_error of q/k, and Wanda/SparseGPT for ``others``
+    needs_inputs = frozenset({"q"})
+    supports_patterns = ("unstructured",)
+
+    @classmethod
+    def check_plan(cls, roles: tuple[str, ...], pattern: str) -> None:
+        """W_Q and W_K are pruned jointly (one mask GD per GQA group)."""
+        if {"q", "k"} & set(roles) and not {"q", "k"} <= set(roles):
+            raise ConfigError("attention-gd prunes q_proj and k_proj jointly: select both")
+
+    @torch.no_grad()
+    def prune_layer(self, ctx: LayerContext) -> list[LinearReport]:
+        if ctx.pattern != "unstructured":
+            raise ConfigError(f"attention-gd prunes unstructured only, got pattern {ctx.pattern!r}")
+        reports = self._prune_qk(ctx) if {"q", "k"} & ctx.linears.keys() else []
+        if self.options.others != "none":
+            reports += self._prune_others(ctx)
+        return reports
+
+    def _prune_qk(self, ctx: LayerContext) -> list[LinearReport]:
+        opts = self.options
+        if not {"q", "k"} <= ctx.linears.keys():
+            raise ConfigError("attention-gd prunes q_proj and k_proj jointly: select both")
+        start = time.perf_counter()
+        n_kv, head_dim = ctx.adapter.n_kv_heads, ctx.adapter.head_dim
+        r = ctx.adapter.n_heads // n_kv
+        extras = [head_extras(ctx, r, head_dim, g) for g in range(n_kv)]  # refuse before work
+        lin_q, lin_k = ctx.linears["q"], ctx.linears["k"]
+        dtype, device = DTYPES[opts.dtype], lin_q.weight.device
+        sparsity = {role: check_sparsity(ctx.sparsity.get(role, 0.0)) for role in ("q", "k")}
+        X = ctx.inputs["q"][: opts.max_seq, : opts.max_len].to(
+            device=device, dtype=dtype
+        )  # (N, L, d)
+        rope = None
+        if opts.rope and ctx.position_embeddings is not None:
+            rope = rope_tables(ctx.position_embeddings, X.shape[1], dtype, device)
+        elif opts.rope:
+            log.warning("layer %d: the model gave no RoPE tables; GD runs without", ctx.index)
+        W = {
+            "q": lin_q.weight.detach().to(dtype, copy=True),
+            "k": lin_k.weight.detach().to(dtype, copy=True),
+        }
+        stats = ctx.stats.get("q")
+        col_sq = stats.col_sq_norms if stats is not None else ctx.inputs["q"].square().sum((0, 1))
+        gen = torch.Generator().manual_seed(opts.seed + ctx.index)
+        M = {role: initial_mask(W[role], opts.init, col_sq, gen, sparsity[role], opts.scope)
+             for role in ("q", "k")}  # fmt: skip
+        x_norms = spectral_norms(X) if opts.checks != "none" else None
+        groups: list[GroupResult] = []
+        for g in range(n_kv):
+            qs = slice(g * r * head_dim, (g + 1) * r * head_dim)  # q_proj rows of group g
+            ks = slice(g * head_dim, (g + 1) * head_dim)  # k_proj rows of KV head g
+            res = gd_prune_group(X, to_heads(W["q"][qs], head_dim), W["k"][ks].T, opts, rope,
+                                 to_heads(M["q"][qs], head_dim), M["k"][ks].T, extras[g])  # fmt: skip
+            M["q"][qs], M["k"][ks] = to_linear(res.Mq), res.Mk.T
+            groups.append(res)
+        keep = {role: binarize(mask_scores(M[role], W[role], opts.binarize), sparsity[role], opts.scope)
+                for role in ("q", "k")}  # fmt: skip
+        checks = [self._check(res, extras[g], x_norms) for g, res in enumerate(groups)]
+        agree = self._agreement(ctx, W, keep, sparsity, col_sq)
+        errors = self._record(ctx, groups, checks, keep, r, head_dim)
+        ctx.add_rows(TABLE_AGREEMENT, agree)
+        for role in ("q", "k"):
+            ctx.arrays[f"mask.layer{ctx.index}.{role}"] = keep[role].cpu()
+        delta = math.sqrt(sum(res.mask_delta**2 for res in groups) / len(groups))
+        seconds = (time.perf_counter() - start) / 2  # one joint optimisation, split over q, k
+        reports = []
+        for row, (role, lin) in zip(agree, (("q", lin_q), ("k", lin_k)), strict=True):
+            extra = {"attn_error": errors, "mask_delta": delta,
+                     "agree_magnitude": row["agreement_magnitude"],
+                     "agree_wanda": row["agreement_wanda"],
+                     "gd_steps": max(int(res.trajectory[-1]["step"]) for res in groups),
+                     "gd_evaluations": sum(res.evaluations for res in groups)}  # fmt: skip
+            reports.append(
+                _write_masked(ctx, role, lin, keep[role], sparsity[role], seconds, extra)
+            )
+        return reports
+
+    def _check(
+        self, res: GroupResult, extras: HeadExtras, x_norms: Tensor | None
+    ) -> dict[str, Any]:
+        """Assumption checks of one group at its last λ (diagnostics rule)."""
+        if self.options.checks == "none" or not res.run.values:
+            return {"verdict": "not_checked"}
+        plain = all(v is None for v in (extras.bq, extras.bk, extras.q_gain, extras.k_gain))
+        bound = math.nan
+        if plain:  # the analytical bound covers Paper B's form only
+            box = max(1.0, res.Mq.abs().max().item(), res.Mk.abs().max().item())
+            seqs = [ch.X for ch in res.problem.chunks]
+            bound = lipschitz_upper_bound(torch.cat(seqs), res.problem.Wq, res.problem.Wk,
+                                          res.lam, box, x_norms)  # fmt: skip
+        dtype = res.problem.Wq.dtype
+        return check_assumptions(
+            GroupObjective(res.problem, res.lam), res.run, analytic_bound=bound,
+            points=self.options.check_points, power_iters=self.options.power_iters,
+            hessian_at=3, rel_floor=64 * torch.finfo(dtype).eps, seed=self.options.seed,
+            eta0=res.trajectory[-1]["step_size"],
+        )  # fmt: skip
+
+    def _agreement(self, ctx, W, keep, sparsity, col_sq) -> list[dict[str, Any]]:
+        """Per role: kept entries shared with the magnitude / Wanda keep masks (same sparsity,
+        same scope), as counts and fractions of the GD keep mask."""
+        rows = []
+        for role in ("q", "k"):
+            mag = ~magnitude_mask(W[role], sparsity[role], self.options.scope)
+            wan = ~wanda_mask(W[role], col_sq.to(W[role]), sparsity[role], self.options.scope)
+            kept = int(keep[role].sum())
+            shared_m, shared_w = int((keep[role] & mag).sum()), int((keep[role] & wan).sum())
+            rows.append({"layer": ctx.index, "role": role, "kept": kept,
+                         "shared_magnitude": shared_m, "shared_wanda": shared_w,
+                         "agreement_magnitude": shared_m / max(kept, 1),
+                         "agreement_wanda": shared_w / max(kept, 1)})  # fmt: skip
+        return rows
+
+    def _record(self, ctx, groups, checks, keep, r, head_dim) -> float:
+        """Fill the tables; returns the layer's mean relative attention error (binary masks)."""
+        errs = []
+        for g, (res, chk) in enumerate(zip(groups, checks, strict=True)):
+            qs = slice(g * r * head_dim, (g + 1) * r * head_dim)
+            ks = slice(g * head_dim, (g + 1) * head_dim)
+            bq = to_heads(keep["q"][qs], head_dim).to(res.problem.Wq)
+            bk = keep["k"][ks].T.to(res.problem.Wq)
+            fro2, tv = res.problem.data_terms(bq, bk)
+            rel = (2 * fro2).sqrt() / res.problem.dense_norms()
+            errs += rel.tolist()
+            star = chk.get("L_star_lo", math.nan)
+            traj = []
+            for row in res.trajectory:
+                head = g * r + row["head"] if row["matrix"] == "q" else -1
+                pl = math.nan
+                if row["matrix"] == "group" and row["loss"] - star > 0:
+                    pl = 0.5 * row["grad_norm"] ** 2 / (row["loss"] - star)
+                traj.append({"layer": ctx.index, "group": g, **row, "head": head, "pl_ratio": pl})
+            ctx.add_rows(TABLE_TRAJECTORY, traj)
+            first, last = res.trajectory[0], res.trajectory[-1 - r - 1]
+            ctx.add_rows(TABLE_GROUPS, [{
+                "layer": ctx.index, "group": g, "steps": int(last["step"]),
+                "loss_start": first["loss"], "loss_end": last["loss"], "lam": res.lam,
+                "mask_delta": res.mask_delta, "evaluations": res.evaluations,
+                "seconds": res.seconds, "attn_fro_rel": float(rel.mean()), **chk,
+            }])  # fmt: skip
+            ctx.add_rows(TABLE_HEADS, [{
+                "layer": ctx.index, "group": g, "matrix": "q", "head": g * r + h,
+                "attn_fro_rel": float(rel[h]), "attn_tv_max": float(tv[h]),
+                "verdict": chk["verdict"], "mu_hat": chk.get("mu_hat", math.nan),
+                "lipschitz_hessian": chk.get("lipschitz_hessian", math.nan),
+            } for h in range(r)])  # fmt: skip
+        return float(torch.tensor(errs).mean())
+
+    def run_summary(self, tables: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+        """Run-level metrics: mask agreement with magnitude / Wanda (kept entries shared, over
+        all q/k), mean ‖M_T − M₀‖/‖M₀‖ and the verdict counts of the assumption checks."""
+        agree, groups = tables.get(TABLE_AGREEMENT, []), tables.get(TABLE_GROUPS, [])
+        kept = sum(row["kept"] for row in agree)
+        out: dict[str, Any] = {
+            "mask_agreement_magnitude": sum(r["shared_magnitude"] for r in agree) / max(kept, 1),
+            "mask_agreement_wanda": sum(r["shared_wanda"] for r in agree) / max(kept, 1),
+            "mask_delta": sum(r["mask_delta"] for r in groups) / max(len(groups), 1),
+        }
+        verdicts = [r["verdict"] for r in groups]
+        for v in ("supported", "contradicted", "inconclusive"):
+            out[f"gd_checks_{v}"] = verdicts.count(v)
+        checked = [v for v in verdicts if v != "not_checked"]
+        out["gd_verdict"] = (
+            "not_checked" if not checked
+            else "contradicted" if "contradicted" in checked
+            else "supported" if all(v == "supported" for v in checked) else "inconclusive"
+        )  # fmt: skip
+        return out
+
+    def _prune_others(self, ctx: LayerContext) -> list[LinearReport]:
+        """The authors' hybrid: V/O/MLP by Wanda or SparseGPT on the same layer context."""
+        roles = [role for role in ctx.linears if role not in ("q", "k")]
+        if not roles:
+            return []
+        cls = get_method(self.options.others)
+        sub = replace(
+            ctx,
+            linears={role: ctx.linears[role] for role in roles},
+            stats={role: st for role, st in ctx.stats.items() if role in roles},
+            inputs={role: x for role, x in ctx.inputs.items() if role in roles},
+            sparsity={role: s for role, s in ctx.sparsity.items() if role in roles},
+        )  # tables/arrays are the same dicts, so the delegate's outputs land in this run
+        return cls(cls.options_cls()).prune_layer(sub)
+
+
+def _write_masked(ctx, role, linear, keep, sparsity, seconds, extra) -> LinearReport:
+    """W ← keep∘W in place, in the weight's own dtype, and report it."""
+    weight = linear.weight
+    W = weight.detach().to(torch.float32, copy=True)  # reference for the error
+    weight.masked_fill_(~keep.to(weight.device), 0.0)
+    stats = ctx.stats.get(role)
+    rel = math.nan if stats is None else relative_reconstruction_error(W, weight, stats.error_gram)
+    return LinearReport(
+        layer=ctx.index, role=role, shape=(weight.shape[0], weight.shape[1]),
+        target_sparsity=sparsity, achieved_sparsity=int((weight == 0).sum().item()) / weight.numel(),
+        rel_error=rel, seconds=seconds, extra=dict(extra),
+    )  # fmt: skip

@@ -1,0 +1,108 @@
+"""Options of ``attention-gd`` (Paper B's constants are unknown: papers.md §3 [U])."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from core.errors import ConfigError
+from core.masks import SCOPES
+
+STEP_RULES = ("auto", "backtracking", "fixed")
+INITS = ("ones", "magnitude", "wanda", "random", "wanda_mask")
+BINARIZE_RULES = ("mask", "mask_times_weight")
+LAM_SCHEDULES = ("constant", "anneal")
+CHECKS = ("full", "none")
+OTHERS = ("none", "wanda", "sparsegpt")
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class AttentionGDOptions:
+    """Options of ``attention-gd``.
+
+    lam: relative weight λ_rel ≥ 0 of the ½λ‖M‖² penalty. The data term sums ½‖s − y‖²
+        over n_rows = sequences × tokens × heads attention rows, the penalty over n_params
+        mask entries, so the λ GD uses is λ = λ_rel · n_rows / n_params: at M = 1 the penalty
+        equals λ_rel × (one unit of squared row error per attention row). Commensurate at any
+        calibration size and head count (the old absolute λ = 1e-2 was ~10⁻³ of the data
+        term's scale, hence invisible).
+    lam_schedule: "constant" or "anneal" (continuation: three stages λ·10, λ, λ/10, each run
+        to convergence within steps/3).
+    steps: cap T ≥ 1 on GD steps. tol: stop when |L_t − L_{t+1}| ≤ tol·L_t (0 = run T).
+    step: "auto" (η = 1/L̂, L̂ = power-iteration curvature at M₀ raised by every secant),
+        "backtracking" (descent-lemma backtracking from ``eta`` or 1, ×2 each step) or "fixed".
+    eta: the fixed or first step (> 0). power_iters: Hessian-vector products for "auto".
+    init: M₀ = "ones" (Paper B's literal start: data term 0, step 1 only shrinks M),
+        "magnitude" (|W| / row max), "wanda" (|W|·‖X_j‖ / row max), "random" (U(0, 1),
+        seeded) or "wanda_mask" (Wanda's binary keep mask at the target: L(M₀) is Wanda's
+        attention error and GD refines it): the scaled inits carry a baseline's ranking so
+        binarising M₀ by M is that baseline's mask, and GD's moves are measurable against it.
+    binarize: keep the top entries by "mask" (M) or "mask_times_weight" (|M∘W|).
+    scope: comparison group of the binarisation, "row" (output row) or "matrix".
+    rope / causal / clip: RoPE before the product, causal softmax, project M onto [0, 1].
+    max_seq: calibration sequences used (the first ones; the paper used 8). max_len: tokens
+        per sequence used (the first ones), so the CLI's 512-token default windows cost what
+        the app's 256 do (a step is O(L²)).
+    checks: "full" runs the assumption checks (diagnostics.check_assumptions) per group;
+        "none" skips them (the sweep). check_points: off-trajectory points per group.
+    dtype: GD precision. others: how V/O/MLP are pruned in the same run. seed: for "random".
+
+    Defaults: chosen by ``bench/attention_gd.py`` on calibration windows (README); tol and the
+    cap bound the cost, λ_rel = 1e-3 keeps the penalty below typical row errors.
+    """
+
+    lam: float = 1e-3
+    lam_schedule: str = "constant"
+    steps: int = 20
+    tol: float = 1e-3
+    step: str = "auto"
+    eta: float | None = None
+    power_iters: int = 3
+    init: str = "wanda_mask"
+    binarize: str = "mask"
+    scope: str = "row"
+    rope: bool = True
+    causal: bool = True
+    clip: bool = False
+    max_seq: int = 8
+    max_len: int = 256
+    checks: str = "full"
+    check_points: int = 4
+    dtype: str = "float32"
+    others: str = "none"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        def check(cond: bool, msg: str) -> None:
+            if not cond:
+                raise ConfigError(f"attention-gd: {msg}")
+
+        check(math.isfinite(self.lam) and self.lam >= 0, f"lam must be >= 0, got {self.lam}")
+        check(
+            self.eta is None or (math.isfinite(self.eta) and self.eta > 0),
+            f"eta must be > 0, got {self.eta}",
+        )
+        check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
+        check(math.isfinite(self.tol) and self.tol >= 0, f"tol must be >= 0, got {self.tol}")
+        check(self.step in STEP_RULES, f"step must be one of {STEP_RULES}, got {self.step!r}")
+        check(self.step != "fixed" or self.eta is not None, "step='fixed' needs eta")
+        check(self.power_iters >= 1, f"power_iters must be >= 1, got {self.power_iters}")
+        check(self.init in INITS, f"init must be one of {INITS}, got {self.init!r}")
+        check(
+            self.binarize in BINARIZE_RULES,
+            f"binarize must be one of {BINARIZE_RULES}, got {self.binarize!r}",
+        )
+        check(
+            self.lam_schedule in LAM_SCHEDULES,
+            f"lam_schedule must be one of {LAM_SCHEDULES}, got {self.lam_schedule!r}",
+        )
+        check(self.checks in CHECKS, f"checks must be one of {CHECKS}, got {self.checks!r}")
+        check(self.check_points >= 1, f"check_points must be >= 1, got {self.check_points}")
+        check(self.scope in SCOPES, f"scope must be one of {SCOPES}, got {self.scope!r}")
+        check(self.max_seq >= 1, f"max_seq must be >= 1, got {self.max_seq}")
+        check(self.max_len >= 2, f"max_len must be >= 2, got {self.max_len}")
+        check(self.dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        check(self.others in OTHERS, f"others must be one of {OTHERS}, got {self.others!r}")
