@@ -12,14 +12,20 @@ the rest of the matrix, and the mask of each block is chosen adaptively, at its 
 the already-updated weights with the OBS saliency w²/U_jj² (the paper's "adaptive mask
 selection").
 
+Each block's unstructured mask follows the reference by default (``selection="threshold"``:
+prune ``score <= sorted(score)[⌊p·numel⌋]``, i.e. ⌊p·numel⌋+1 per block, more on ties, the
+invariant papers.md §5 states); ``selection="exact"`` prunes the block's share of the
+cumulative budget ⌊p·rows·i2⌋ − ⌊p·rows·i1⌋ instead, ties to the lower index, so the matrix
+total is exactly ⌊p·rows·in⌋. On the embedded model the two differ by one weight per block
+(2·10⁻⁶ of the weights); issue #19's step table measures what that does to perplexity.
+
 Differences from the reference ``fasterprune``:
-- Each block prunes an exact count, with ties broken by index. Counts come from the
-  cumulative budget ⌊p·rows·i2⌋ − ⌊p·rows·i1⌋ for block [i1, i2), so the matrix total is
-  exactly ⌊p·rows·in⌋ (the reference prunes ``score <= thr``: one extra per block, more on ties).
 - H⁻¹ and its Cholesky factor are computed in float64, then the sweep runs in float32: LLM
   inputs have outlier features, which make H badly conditioned.
 - If the damped H is still not positive definite, the damping is raised tenfold (up to
-  up to ``MAX_PERCDAMP``) with a warning; the damping used is returned in ``info``.
+  ``MAX_PERCDAMP``) with a warning; the damping used is returned in ``info``.
+- H = 2·gram/n_tokens where the reference divides by the number of sequences: a constant
+  factor, which changes neither the mask nor the update (λ scales with mean(diag H)).
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ MAX_PERCDAMP = 1.0
 MASK_SELECTIONS = ("exact", "threshold")
 
 
-def check_sparsegpt_options(percdamp: float, blocksize: int, selection: str = "exact") -> None:
+def check_sparsegpt_options(percdamp: float, blocksize: int, selection: str = "threshold") -> None:
     if isinstance(percdamp, bool) or not isinstance(percdamp, numbers.Real):
         raise ConfigError(f"percdamp must be a positive number, got {percdamp!r}")
     if not (math.isfinite(percdamp) and percdamp > 0):
@@ -118,12 +124,13 @@ def sparsegpt_prune(
     nm: tuple[int, int] | None = None,
     blocksize: int = 128,
     percdamp: float = 0.01,
-    selection: str = "exact",
+    selection: str = "threshold",
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Prune W with SparseGPT's OBS sweep; W and H are not modified.
 
-    W: (out, in); H: (in, in) = 2XXᵀ/n. Unstructured: exactly ⌊p·out·in⌋ weights are
-    pruned (ties to the lower index). N:M: every group of M consecutive columns of each row
+    W: (out, in); H: (in, in) = 2XXᵀ/n. Unstructured: ⌊p·numel⌋+1 weights per block of
+    ``blocksize`` columns, more on ties (``selection="threshold"``), or exactly ⌊p·out·in⌋ in
+    all, ties to the lower index (``"exact"``); see MASK_SELECTIONS. N:M: every group of M consecutive columns of each row
     has exactly N pruned, chosen when the sweep reaches the group; ``sparsity`` is ignored and
     ``blocksize`` is rounded down to a multiple of M so no group straddles two blocks.
     Inputs never active (diag H = 0) have their columns zeroed. With p = 0 (unstructured)
@@ -194,11 +201,13 @@ def sparsegpt_prune(
 
 @dataclass(frozen=True)
 class SparseGPTOptions:
-    """percdamp: damping λ = percdamp · mean(diag H); blocksize: columns per lazy-update block."""
+    """percdamp: damping λ = percdamp · mean(diag H); blocksize: columns per lazy-update block;
+    selection: how a block's unstructured mask is chosen (MASK_SELECTIONS; the reference's
+    "threshold" by default, "exact" for an exact count)."""
 
     percdamp: float = 0.01
     blocksize: int = 128
-    selection: str = "exact"
+    selection: str = "threshold"
 
     def __post_init__(self) -> None:
         check_sparsegpt_options(self.percdamp, self.blocksize, self.selection)
