@@ -131,8 +131,9 @@ def sparsegpt_prune(
     W: (out, in); H: (in, in) = 2XXᵀ/n. Unstructured: ⌊p·numel⌋+1 weights per block of
     ``blocksize`` columns, more on ties (``selection="threshold"``), or exactly ⌊p·out·in⌋ in
     all, ties to the lower index (``"exact"``); see MASK_SELECTIONS. N:M: every group of M
-    consecutive columns of each row has exactly N pruned, chosen when the sweep reaches the group; ``sparsity`` is ignored and
-    ``blocksize`` is rounded down to a multiple of M so no group straddles two blocks.
+    consecutive columns of each row has exactly N pruned, chosen when the sweep reaches the
+    group; ``sparsity`` is ignored and ``blocksize`` is rounded down to a multiple of M so no
+    group straddles two blocks.
     Inputs never active (diag H = 0) have their columns zeroed. With p = 0 (unstructured)
     W is returned unchanged without factorising H.
 
