@@ -3,6 +3,8 @@
     python bench/prune_quality.py [--model smollm2-135m] [--data-dir ../shared/data]
                                   [--nsamples 32] [--seqlen 512] [--max-windows 64] [--only NAME ...]
 
+e.g. only SparseGPT: --only "sparsegpt 50%" "sparsegpt 50% exact" "sparsegpt 2:4"
+
 Protocol (issue #3): calibration 32 x 512 tokens from the C4 train head (seed 0), evaluation on
 the first 64 windows of 512 tokens of WikiText-2 test. Each configuration runs in its own
 process through the CLI (``python -m core prune --json``), so peak RSS is per configuration.
@@ -24,6 +26,11 @@ CONFIGS: list[tuple[str, list[str]]] = [
     ("magnitude 50%", ["--method", "magnitude", "--sparsity", "0.5"]),
     ("wanda 50%", ["--method", "wanda", "--sparsity", "0.5"]),
     ("sparsegpt 50%", ["--method", "sparsegpt", "--sparsity", "0.5"]),
+    # issue #19: the exact-count mask selection beside the reference's threshold (default)
+    (
+        "sparsegpt 50% exact",
+        ["--method", "sparsegpt", "--sparsity", "0.5", "--option", "selection=exact"],
+    ),
     ("magnitude 2:4", ["--method", "magnitude", "--sparsity", "0.5", "--pattern", "2:4"]),
     ("wanda 2:4", ["--method", "wanda", "--sparsity", "0.5", "--pattern", "2:4"]),
     ("sparsegpt 2:4", ["--method", "sparsegpt", "--sparsity", "0.5", "--pattern", "2:4"]),
@@ -53,6 +60,9 @@ def main() -> None:
     ap = protocol_parser(__doc__, nsamples=32, seqlen=512, max_windows=64)
     ap.add_argument("--only", nargs="*", default=None, help="names of configurations to run")
     args = ap.parse_args()
+    unknown = set(args.only or ()) - {name for name, _ in CONFIGS}
+    if unknown:
+        ap.error(f"unknown configuration(s) {sorted(unknown)}; one of {[n for n, _ in CONFIGS]}")
 
     env = dict(os.environ, PRUNESCOPE_HOME=store_path(args, "prunebench-"))
     common = ["--model", args.model, "--data-dir", args.data_dir, "--seqlen", str(args.seqlen)]

@@ -37,6 +37,10 @@ from core.progress import ProgressFn, report
 log = logging.getLogger(__name__)
 
 
+# Per-sequence Gram products are summed in float64 (see _StatsCollector), handed over in float32.
+GRAM_DTYPE = torch.float64
+
+
 class _StopForward(Exception):
     """Raised by the layer-0 pre-hook once its inputs are captured."""
 
@@ -143,9 +147,14 @@ class _StatsCollector:
 
     Statistics need only a linear's input, so they are taken before the linear runs. Roles
     reading the same tensor (q/k/v, gate/up) share one LinearStats: SHARED_INPUT maps them.
-    Full mode: gram (in, in) float32 on the compute device. Light mode: column squared
-    norms (in,) plus the token rows at every ``stride``-th position (about SAMPLE_ROWS of
-    them), written into a buffer allocated once.
+    Full mode: gram (in, in) on the compute device: one float32 product xᵀx per calibration
+    sequence (the reference's per-sequence products), summed in calibration order in float64
+    and cast to float32 by ``finish``. The shape of every product and the order of the sum
+    are then fixed by the calibration set alone, not by the runner's batch of sequences, so
+    the runner batch no longer moves SparseGPT's masks (issue #19). Float64 products would
+    also absorb BLAS differences but cost 2.3x the Gram time on CPU (measured, issue #19).
+    Light mode: column squared norms (in,) plus the token rows at every ``stride``-th
+    position (about SAMPLE_ROWS of them), written into a buffer allocated once.
 
     The collector learns on the first batch which hooked linear reads its input last; from
     then on that hook raises ``_StopForward`` (``stop_at``), ending the layer call early.
@@ -175,7 +184,8 @@ class _StatsCollector:
             if owners[role] != role:
                 continue  # the owner's hook accumulates for it
             dev, n_in = lin.weight.device, lin.in_features
-            stat = (LinearStats(gram=torch.zeros(n_in, n_in, device=dev)) if want_gram else
+            stat = (LinearStats(gram=torch.zeros(n_in, n_in, device=dev, dtype=GRAM_DTYPE))
+                    if want_gram else
                     LinearStats(sq_norms=torch.zeros(n_in, device=dev),
                                 sample=torch.zeros(n_sample, n_in, device=dev)))  # fmt: skip
             hook_roles = [r for r, o in owners.items() if o == role]
@@ -190,7 +200,10 @@ class _StatsCollector:
             x = args[0]  # (B, L, in)
             flat = x.reshape(-1, x.shape[-1]).float()
             if stat.gram is not None:
-                stat.gram.addmm_(flat.T, flat)
+                # one (in, in) float32 product per sequence, whatever the batch, added in
+                # calibration order into the float64 sum
+                for seq in flat.reshape(-1, x.shape[-2], x.shape[-1]):  # (L, in)
+                    stat.gram += seq.T @ seq
             else:
                 stat.sq_norms += flat.square().sum(0)
                 # rows at global token positions that are multiples of the stride
@@ -220,6 +233,12 @@ class _StatsCollector:
     def remove(self) -> None:
         for h in self.handles:
             h.remove()
+
+    def finish(self) -> None:
+        """Cast the float64 Gram sums to the float32 the methods read (shared stats once)."""
+        for stat in {id(s): s for s in self.stats.values()}.values():
+            if stat.gram is not None:
+                stat.gram = stat.gram.float()
 
 
 @torch.no_grad()
@@ -288,6 +307,7 @@ def run_layerwise(
             collect_statistics(layer, inputs, device, collector)
         finally:
             collector.remove()
+        collector.finish()
         pos = inputs.kwargs[0].get("position_embeddings") if inputs.kwargs else None
         ctx = LayerContext(
             index=i,

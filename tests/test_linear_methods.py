@@ -162,11 +162,16 @@ def hessian(X: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize(("sparsity", "blocksize"), [(0.5, 128), (0.3, 48), (0.77, 7)])
 def test_sparsegpt_exact_total_sparsity(sparsity: float, blocksize: int) -> None:
     W, X = make_problem(6)
-    W_new, mask, _ = sparsegpt_prune(W, hessian(X), sparsity, blocksize=blocksize)
+    H = hessian(X)
+    W_new, mask, _ = sparsegpt_prune(W, H, sparsity, blocksize=blocksize, selection="exact")
     k = prune_count(W.numel(), sparsity)
     assert mask.sum().item() == k
     assert (W_new == 0).sum().item() == k
     assert (W_new[mask] == 0).all()
+    # the reference's rule (default): ⌊p·rows·B⌋+1 per block of B columns, no ties here
+    _, mask, _ = sparsegpt_prune(W, H, sparsity, blocksize=blocksize)
+    blocks = [min(blocksize, W.shape[1] - i) for i in range(0, W.shape[1], blocksize)]
+    assert mask.sum().item() == sum(prune_count(W.shape[0] * b, sparsity) + 1 for b in blocks)
 
 
 @pytest.mark.parametrize(("n", "m", "blocksize"), [(2, 4, 128), (4, 8, 32), (2, 4, 6)])
@@ -220,7 +225,8 @@ def test_sparsegpt_dead_columns_zeroed() -> None:
     W_new, mask, info = sparsegpt_prune(W, hessian(X), 0.5)
     assert info["dead_columns"] == 3
     assert (W_new[:, [3, 50, 51]] == 0).all() and mask[:, [3, 50, 51]].all()
-    assert (W_new == 0).sum().item() == prune_count(W.numel(), 0.5)  # dead weights go first
+    # dead weights (score 0) go first; the reference rule prunes one more in the single block
+    assert (W_new == 0).sum().item() == prune_count(W.numel(), 0.5) + 1
 
 
 def test_sparsegpt_raises_damping_when_not_pd(caplog: pytest.LogCaptureFixture) -> None:

@@ -20,7 +20,9 @@ CALIB = CalibConfig(DataSpec("pydoc", "train"), nsamples=4, seqlen=64)
 def test_prune_run_is_stored(store, method, pattern):
     res = run_prune(MODEL, PruneConfig(method, 0.5, pattern), CALIB, EVAL, store)
     m = res["metrics"]
-    assert m["achieved_sparsity"] == pytest.approx(0.5, abs=1e-9)
+    # SparseGPT's reference rule prunes one weight more per 128-column block (papers.md §5)
+    tol = 1e-3 if (method, pattern) == ("sparsegpt", "unstructured") else 1e-9
+    assert m["achieved_sparsity"] == pytest.approx(0.5, abs=tol)
     assert m["ppl"] > 1 and m["dense_ppl"] > 1
     run = store.load(res["run_id"])
     layers = run.table("layers")
@@ -33,7 +35,7 @@ def test_prune_run_is_stored(store, method, pattern):
         "up",
         "down",
     }
-    assert (layers["achieved_sparsity"] == 0.5).all()
+    assert ((layers["achieved_sparsity"] - 0.5).abs() <= tol).all()
     assert run.config["prune"]["method"] == method
     assert set(run.env) >= {"torch", "transformers", "python"}
     assert store.get(m["dense_run"]).kind == "eval"

@@ -12,14 +12,20 @@ the rest of the matrix, and the mask of each block is chosen adaptively, at its 
 the already-updated weights with the OBS saliency w²/U_jj² (the paper's "adaptive mask
 selection").
 
+Each block's unstructured mask follows the reference by default (``selection="threshold"``:
+prune ``score <= sorted(score)[⌊p·numel⌋]``, i.e. ⌊p·numel⌋+1 per block, more on ties, the
+invariant papers.md §5 states); ``selection="exact"`` prunes the block's share of the
+cumulative budget ⌊p·rows·i2⌋ − ⌊p·rows·i1⌋ instead, ties to the lower index, so the matrix
+total is exactly ⌊p·rows·in⌋. On the embedded model the two differ by one weight per block
+(2·10⁻⁶ of the weights); issue #19's step table measures what that does to perplexity.
+
 Differences from the reference ``fasterprune``:
-- Each block prunes an exact count, with ties broken by index. Counts come from the
-  cumulative budget ⌊p·rows·i2⌋ − ⌊p·rows·i1⌋ for block [i1, i2), so the matrix total is
-  exactly ⌊p·rows·in⌋ (the reference prunes ``score <= thr``: one extra per block, more on ties).
 - H⁻¹ and its Cholesky factor are computed in float64, then the sweep runs in float32: LLM
   inputs have outlier features, which make H badly conditioned.
 - If the damped H is still not positive definite, the damping is raised tenfold (up to
-  up to ``MAX_PERCDAMP``) with a warning; the damping used is returned in ``info``.
+  ``MAX_PERCDAMP``) with a warning; the damping used is returned in ``info``.
+- H = 2·gram/n_tokens where the reference divides by the number of sequences: a constant
+  factor, which changes neither the mask nor the update (λ scales with mean(diag H)).
 """
 
 from __future__ import annotations
@@ -45,13 +51,32 @@ log = logging.getLogger(__name__)
 MAX_PERCDAMP = 1.0
 
 
-def check_sparsegpt_options(percdamp: float, blocksize: int) -> None:
+# How each block's unstructured mask is chosen from the OBS saliency w²/U_jj²:
+#   "exact": the block's share of the cumulative budget ⌊p·rows·i2⌋ − ⌊p·rows·i1⌋, ties to
+#            the lower index, so the matrix total is exactly ⌊p·rows·in⌋;
+#   "threshold": the reference's ``score <= sorted(score)[⌊p·numel⌋]``, one more per block
+#            (more on ties).
+MASK_SELECTIONS = ("exact", "threshold")
+
+
+def check_sparsegpt_options(percdamp: float, blocksize: int, selection: str = "threshold") -> None:
     if isinstance(percdamp, bool) or not isinstance(percdamp, numbers.Real):
         raise ConfigError(f"percdamp must be a positive number, got {percdamp!r}")
     if not (math.isfinite(percdamp) and percdamp > 0):
         raise ConfigError(f"percdamp must be a positive number, got {percdamp!r}")
     if isinstance(blocksize, bool) or not isinstance(blocksize, int) or blocksize < 1:
         raise ConfigError(f"blocksize must be an integer >= 1, got {blocksize!r}")
+    if selection not in MASK_SELECTIONS:
+        raise ConfigError(f"selection must be one of {MASK_SELECTIONS}, got {selection!r}")
+
+
+def block_mask(scores: torch.Tensor, sparsity: float, rows: int, i1: int, i2: int, selection: str):
+    """Unstructured prune mask (out, B) of block [i1, i2) from its saliencies (out, B)."""
+    if selection == "threshold":
+        thresh = torch.sort(scores.flatten())[0][prune_count(scores.numel(), sparsity)]
+        return scores <= thresh
+    k = prune_count(rows * i2, sparsity) - prune_count(rows * i1, sparsity)
+    return lowest_k_mask(scores, k, dim=None)
 
 
 def inverse_hessian_factor(H: torch.Tensor, percdamp: float) -> tuple[torch.Tensor, float, int]:
@@ -99,13 +124,16 @@ def sparsegpt_prune(
     nm: tuple[int, int] | None = None,
     blocksize: int = 128,
     percdamp: float = 0.01,
+    selection: str = "threshold",
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Prune W with SparseGPT's OBS sweep; W and H are not modified.
 
-    W: (out, in); H: (in, in) = 2XXᵀ/n. Unstructured: exactly ⌊p·out·in⌋ weights are
-    pruned (ties to the lower index). N:M: every group of M consecutive columns of each row
-    has exactly N pruned, chosen when the sweep reaches the group; ``sparsity`` is ignored and
-    ``blocksize`` is rounded down to a multiple of M so no group straddles two blocks.
+    W: (out, in); H: (in, in) = 2XXᵀ/n. Unstructured: ⌊p·numel⌋+1 weights per block of
+    ``blocksize`` columns, more on ties (``selection="threshold"``), or exactly ⌊p·out·in⌋ in
+    all, ties to the lower index (``"exact"``); see MASK_SELECTIONS. N:M: every group of M
+    consecutive columns of each row has exactly N pruned, chosen when the sweep reaches the
+    group; ``sparsity`` is ignored and ``blocksize`` is rounded down to a multiple of M so no
+    group straddles two blocks.
     Inputs never active (diag H = 0) have their columns zeroed. With p = 0 (unstructured)
     W is returned unchanged without factorising H.
 
@@ -114,7 +142,7 @@ def sparsegpt_prune(
     and ``obs_loss`` = Σ (w − q)² / (2 U_jj²), the sweep's own estimate of the added error.
     """
     sparsity = check_sparsity(sparsity)
-    check_sparsegpt_options(percdamp, blocksize)
+    check_sparsegpt_options(percdamp, blocksize, selection)
     rows, cols = W.shape
     if H.shape != (cols, cols):
         raise ConfigError(f"Hessian shape {tuple(H.shape)} does not match weight {(rows, cols)}")
@@ -145,9 +173,8 @@ def sparsegpt_prune(
         err1 = torch.zeros_like(W1)  # (out, B) scaled errors for the lazy update
         mask1 = mask[:, i1:i2]  # (out, B) view
         if nm is None:
-            # OBS saliency on the already-updated block; exact budget from the cumulative count.
-            k = prune_count(rows * i2, sparsity) - prune_count(rows * i1, sparsity)
-            mask1 |= lowest_k_mask(W1.square() / d.square(), k, dim=None)
+            # OBS saliency on the already-updated block (MASK_SELECTIONS).
+            mask1 |= block_mask(W1.square() / d.square(), sparsity, rows, i1, i2, selection)
         for j in range(i2 - i1):
             if nm is not None and j % nm[1] == 0:
                 group = slice(j, j + nm[1])
@@ -175,13 +202,16 @@ def sparsegpt_prune(
 
 @dataclass(frozen=True)
 class SparseGPTOptions:
-    """percdamp: damping λ = percdamp · mean(diag H); blocksize: columns per lazy-update block."""
+    """percdamp: damping λ = percdamp · mean(diag H); blocksize: columns per lazy-update block;
+    selection: how a block's unstructured mask is chosen (MASK_SELECTIONS; the reference's
+    "threshold" by default, "exact" for an exact count)."""
 
     percdamp: float = 0.01
     blocksize: int = 128
+    selection: str = "threshold"
 
     def __post_init__(self) -> None:
-        check_sparsegpt_options(self.percdamp, self.blocksize)
+        check_sparsegpt_options(self.percdamp, self.blocksize, self.selection)
 
 
 @register
@@ -203,5 +233,6 @@ class SparseGPT(LinearwiseMethod):
             raise ConfigError("sparsegpt needs calibration statistics from at least one token")
         H = stats.gram * (2.0 / stats.n_tokens)  # (in, in), a new tensor: the gram is shared
         return sparsegpt_prune(
-            W, H, sparsity, nm, blocksize=self.options.blocksize, percdamp=self.options.percdamp
-        )
+            W, H, sparsity, nm, self.options.blocksize, self.options.percdamp,
+            self.options.selection,
+        )  # fmt: skip
