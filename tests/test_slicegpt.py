@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 
@@ -17,11 +18,13 @@ from core.methods.slicegpt import (
     SlicedDecoderLayer,
     SliceGPT,
     SliceOptions,
+    center_embeddings,
     load_sliced,
     pca_basis,
     save_sliced,
     slice_model,
     sliced_width,
+    untie_head,
 )
 from core.models import build_tiny_model
 
@@ -147,7 +150,13 @@ def test_pca_basis_on_hand_made_2d_data() -> None:
 
 
 def test_options_validation() -> None:
-    for bad in (dict(orientation="svd"), dict(round_to=0), dict(damp=-1.0), dict(batch_size=0)):
+    for bad in (
+        dict(orientation="svd"),
+        dict(round_to=0),
+        dict(damp=-1.0),
+        dict(batch_size=0),
+        dict(center_embeddings="yes"),
+    ):
         with pytest.raises(ConfigError):
             SliceOptions(**bad)
 
@@ -189,6 +198,23 @@ def test_s0_with_sliced_head_and_random_orientation(exact_norms) -> None:
     options = SliceOptions(slice_head=True, orientation="random")
     slice_model(model, random_ids(8, 32, seed=1), 0.0, options)
     assert rel_err(logits(model, x), ref) <= 1e-9
+
+
+def test_s0_with_centred_embeddings_is_the_centred_dense_model(exact_norms) -> None:
+    """center_embeddings changes the function of an RMSNorm model (layer 0 reads x − x̄·1):
+    s = 0 must reproduce the dense model with centred embeddings and an untied, uncentred head
+    (positive control), and must differ from the original model (negative control)."""
+    model = build_tiny_model("tiny-llama", seed=1, dtype=torch.float64).eval()
+    x = random_ids(2, 40, seed=2)
+    original = logits(model, x)
+    centred = copy.deepcopy(model)
+    untie_head(centred)
+    center_embeddings(centred.model.embed_tokens)
+    want = logits(centred, x)
+    slice_model(model, random_ids(8, 32, seed=1), 0.0, SliceOptions(center_embeddings=True))
+    got = logits(model, x)
+    assert rel_err(got, want) <= 1e-9
+    assert rel_err(got, original) > 1e-3
 
 
 # ---- shapes, parameters, orientation -------------------------------------------------------------

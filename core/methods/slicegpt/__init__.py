@@ -10,7 +10,7 @@ Ashkboos et al., ICLR'24 (arXiv 2401.15024; papers.md §6). One module per step:
 - ``method``: the registered ``SliceGPT`` method.
 """
 
-from core.methods.slicegpt.folding import fold_norms, untie_head
+from core.methods.slicegpt.folding import center_embeddings, fold_norms, untie_head
 from core.methods.slicegpt.io import apply_structure, load_sliced, save_sliced
 from core.methods.slicegpt.method import SliceGPT
 from core.methods.slicegpt.modules import (
@@ -53,6 +53,7 @@ __all__ = [
     "accumulate_gram",
     "apply_structure",
     "as_adapter",
+    "center_embeddings",
     "check_sliceable",
     "fold_norms",
     "is_sliced",

@@ -75,3 +75,15 @@ def fold_norms(adapter: ModelAdapter) -> float:
     _scale_inputs(adapter.lm_head, _check_rms_norm(adapter.final_norm, d, eps, "final norm"))
     adapter.backbone.norm = FoldedRMSNorm(d, eps)
     return eps
+
+
+def center_embeddings(embed: nn.Embedding) -> None:
+    """E ← E − mean(E, −1)·1ᵀ for E (vocab, d): every token's embedding loses its mean over d.
+
+    The reference ``fuse_modules`` does this for every model (run after untying, so the head
+    keeps the uncentred rows). For an RMSNorm model it changes the function: layer 0 reads
+    x − x̄·1 instead of x, and the residual stream carries the difference.
+    """
+    E = embed.weight.detach()
+    Ed = E.double()
+    embed.weight.data = (Ed - Ed.mean(dim=-1, keepdim=True)).to(E.dtype)

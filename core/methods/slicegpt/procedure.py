@@ -6,8 +6,14 @@ norms are RMSNorm, the steps are:
 1. **Fold** (``untie_head``, ``fold_norms``). Each norm's γ moves into the linears that read
    it, W ← W·diag(γ). What remains is N(x) = x / √(‖x‖²/d + ε) with d the *original* width,
    which commutes with any orthogonal Q: N(xQ) = N(x)Q (computational invariance, §6). No
-   embedding mean-centring: the reference code centres embeddings for every model, which
-   changes the function of an RMSNorm model; without it s = 0 is exactly function preserving.
+   embedding mean-centring by default: the reference ``fuse_modules`` centres the embeddings
+   of every model, which changes the function of an RMSNorm model; without it s = 0 is exactly
+   function preserving. ``SliceOptions.center_embeddings`` does what the reference does.
+   Measured (issue #14: SmolLM2-135M, s = 0.25, the same 32 × 512 C4 calibration tensor, 64 ×
+   512 WikiText-2 windows): the reference code, centring included, gives perplexity 214.7 and
+   this code 213.5, so the default costs nothing. The gap to the reference's own run (195.0)
+   is the calibration draw: the reference code gives 185.7 on the tensor its document sampler
+   draws (seed 0) and 214.7 on ours, a spread like that between two seeds of one sampler.
 2. **PCA at every residual boundary** (``pca_basis``). C = Σ XᵀX (uncentred, float64) over the
    calibration tokens, C += damp·mean(diag C)·I, Q = eigenvectors by descending eigenvalue.
    The boundaries are the embeddings, and the residual after the attention ("mid") and after
@@ -38,7 +44,7 @@ import torch
 
 from core.adapter import ModelAdapter
 from core.errors import ConfigError
-from core.methods.slicegpt.folding import fold_norms, untie_head
+from core.methods.slicegpt.folding import center_embeddings, fold_norms, untie_head
 from core.methods.slicegpt.modules import (
     SlicedDecoderLayer,
     SliceSpec,
@@ -69,7 +75,8 @@ class SliceOptions:
     """round_to: d′ multiple (reference 8); damp: PCA damping as a fraction of mean(diag C);
     slice_head: also slice the final norm/lm_head input; orientation: "pca" or "random"
     (a seeded random basis inside the kept subspace); seed: for "random"; batch_size:
-    calibration sequences per forward."""
+    calibration sequences per forward; center_embeddings: subtract each embedding row's mean
+    first, as the reference ``fuse_modules`` does (changes an RMSNorm model's function)."""
 
     round_to: int = 8
     damp: float = 0.01
@@ -77,8 +84,13 @@ class SliceOptions:
     orientation: str = "pca"
     seed: int = 42
     batch_size: int = 8
+    center_embeddings: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.center_embeddings, bool):
+            raise ConfigError(
+                f"center_embeddings must be true or false, got {self.center_embeddings!r}"
+            )
         if not isinstance(self.round_to, int) or self.round_to < 1:
             raise ConfigError(f"round_to must be a positive integer, got {self.round_to!r}")
         if not self.damp >= 0.0:
@@ -268,6 +280,8 @@ def slice_model(
     n_dense, n_layers_dense = adapter.n_params(), _n_layer_params(adapter)
 
     untie_head(adapter.model)
+    if options.center_embeddings:
+        center_embeddings(adapter.embed_tokens)
     eps = fold_norms(adapter)
     inputs = capture_layer_inputs(adapter, calib_ids, device, options.batch_size)
     bounds = _Boundaries(options, device)
