@@ -143,6 +143,16 @@ def _embedded_cache() -> Path:
     return cache_dir() / "models" / f"{EMBEDDED_MODEL}-{gguf.stat().st_size}"
 
 
+def embedded_config():
+    """The embedded model's transformers config (converting the GGUF file once if needed)."""
+    from transformers import AutoConfig
+
+    target = _embedded_cache()
+    if not (target / "config.json").is_file():
+        convert_embedded(target)
+    return AutoConfig.from_pretrained(target)
+
+
 def _load_embedded(dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
