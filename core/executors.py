@@ -194,8 +194,14 @@ def _call(on_done: OnDone, cfg: RunConfig, fn: Callable[[], Any]) -> None:
     on_done(cfg, None)
 
 
-def _init_worker(envs) -> None:
-    os.environ.update(envs.get())  # one environment per pool process, taken once
+def _init_worker(envs: list[dict[str, str]], counter) -> None:
+    """Give each pool process its own environment (a GPU, a thread count), before torch
+    initialises CUDA or its thread pool."""
+    with counter.get_lock():
+        i, counter.value = counter.value, counter.value + 1
+    os.environ.update(envs[i % len(envs)])
+    if "OMP_NUM_THREADS" in os.environ:
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def run_pool(configs, store, seeds: bytes, envs: list[dict[str, str]], scratch, on_done) -> None:
@@ -205,10 +211,8 @@ def run_pool(configs, store, seeds: bytes, envs: list[dict[str, str]], scratch, 
     attempts: Counter[str] = Counter()
     pending = list(configs)
     while pending:
-        queue = ctx.Manager().Queue()
-        for env in envs:
-            queue.put(env)
-        with ProcessPoolExecutor(len(envs), ctx, _init_worker, (queue,)) as pool:
+        counter = ctx.Value("i", 0)
+        with ProcessPoolExecutor(len(envs), ctx, _init_worker, (envs, counter)) as pool:
             futures = {pool.submit(run_isolated, c.canonical_json(), seeds, scratch): c
                        for c in pending}  # fmt: skip
             pending = []
