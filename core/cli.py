@@ -378,6 +378,9 @@ def print_human(command: str, out: Any) -> None:
     if command == "effdim":
         print("\n".join(cli_analysis.effdim_lines(out)))
         return
+    if command == "sweep" and "table" in out:  # a grid sweep (core.cli_sweep)
+        print("\n".join(cli_analysis.cli_sweep.grid_lines(out)))
+        return
     if "metrics" not in out:
         print(json.dumps(out, indent=2, default=str))
         return

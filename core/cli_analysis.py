@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core import cli_sweep
 from core.errors import ConfigError
 
 
@@ -32,8 +33,11 @@ def cmd_sweep(args, progress) -> dict[str, Any]:
     from core import cli
     from core.slicing import run_sweep
 
-    if args.method != "slicegpt":
-        raise ConfigError("sweep --method supports slicegpt (the representation-dimension sweep)")
+    if cli_sweep.is_grid(args):  # any method, patterns, seeds, executors (core.sweeps)
+        built = {"model": cli.model_spec(args), "calib": cli.calib_config(args),
+                 "eval": cli.eval_config(args), "options": cli.parse_options(args.option),
+                 "zeroshot": cli.zeroshot_config(args), "store": cli.open_store(args)}  # fmt: skip
+        return cli_sweep.cmd_grid(args, progress, built)
     return run_sweep(cli.model_spec(args), _parse_grid(args.sparsities), cli.calib_config(args, 42),
                      cli.eval_config(args), cli.open_store(args), cli.parse_options(args.option),
                      progress, args.force, cli.zeroshot_config(args))  # fmt: skip
@@ -77,13 +81,18 @@ def add_commands(sub, add_model, add_eval, add_calib, add_common) -> None:
     add_common(p)
 
     p = sub.add_parser(
-        "sweep", help="perplexity against d' over a grid of s, with Paper A's relation"
+        "sweep",
+        help="perplexity against sparsity over a grid of methods, sparsities, patterns "
+        "and seeds, on a process pool, GPUs or Ray (SliceGPT alone: with Paper A's relation)",
     )
     add_model(p)
     g = p.add_argument_group("sweep")
-    g.add_argument("--method", default="slicegpt", help="slicegpt")
+    g.add_argument("--method", default="slicegpt",
+                   help="comma list of magnitude, wanda, sparsegpt, slicegpt, attention-gd "
+                        "(slicegpt alone: Paper A's relation sweep)")  # fmt: skip
     g.add_argument("--sparsities", default="0,0.1,0.2,0.3,0.4,0.5,0.6", help="comma list of s")
     g.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
+    cli_sweep.add_grid_args(p)
     add_calib(p, "wikitext2")
     add_eval(p, "--eval")
     _add_zeroshot(p)

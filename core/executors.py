@@ -34,7 +34,9 @@ import torch
 
 from core.config import RunConfig, zeroshot_from
 from core.errors import ConfigError, PruneScopeError, StoreError
+from core.pipeline import run_eval, run_prune, run_zeroshot
 from core.progress import ProgressFn
+from core.slicing import run_slice
 from core.store import RunStore
 
 log = logging.getLogger(__name__)
@@ -50,9 +52,6 @@ def run_config(
 ) -> dict[str, Any]:
     """Run one resolved config (kind eval | prune | slice | zeroshot) into ``store``, reusing a
     stored result. Returns the pipeline's {run_id, config, metrics, cached}."""
-    from core.pipeline import run_eval, run_prune, run_zeroshot
-    from core.slicing import run_slice
-
     zs = zeroshot_from(cfg.extra_value("zeroshot"))
     if cfg.kind == "eval":
         res = run_eval(cfg.model, cfg.eval, store, on_progress)
@@ -258,7 +257,9 @@ class RayExecutor:
         if self.address not in (None, "auto"):
             _check_reachable(self.address)
         if not ray.is_initialized():
-            kw = {"address": self.address} if self.address else {"num_cpus": self.num_cpus}
+            kw = {"address": self.address} if self.address else {
+                "num_cpus": self.num_cpus,  # a private cluster: its workers import this core
+                "runtime_env": {"env_vars": {"PYTHONPATH": _code_path()}}}  # fmt: skip
             try:
                 ray.init(**kw, include_dashboard=False, log_to_driver=False,
                          logging_level=logging.WARNING)  # fmt: skip
@@ -295,6 +296,11 @@ class RayExecutor:
                 on_done(cfg, f"its Ray worker died {self.max_retries + 1} times: {exc}")
                 continue
             _call(on_done, cfg, lambda b=blob: unpack_runs(b, store))
+
+
+def _code_path() -> str:
+    here = str(Path(__file__).resolve().parents[1])
+    return os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
 
 
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
