@@ -69,7 +69,7 @@ def run_sweep_grid(
     runs = [{"config": c.to_dict(), "metrics": store.load(c.run_id).metrics} for c in configs]
     return {"run_ids": [c.run_id for c in configs], "computed": len(todo),
             "cached": len(configs) - len(todo), "executor": executor.name,
-            "device": executor.device, "table": sweep_table(runs).to_dict(orient="records")}  # fmt: skip
+            "device": executor.device, "table": table_records(sweep_table(runs))}  # fmt: skip
 
 
 def _failure_message(failed: dict[str, str], n: int, what: str) -> str:
@@ -87,7 +87,7 @@ def _spread(values: list[float]) -> tuple[float | None, float | None]:
 
 def sweep_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
     """Perplexity (and mean zero-shot accuracy) against sparsity per (method, pattern,
-    allocation): mean, sample standard deviation (None for one seed), min and max over the
+    allocation): mean, sample standard deviation (NaN for one seed), min and max over the
     calibration seeds. ``runs``: [{"config": RunConfig.to_dict(), "metrics": {...}}] of a
     sweep's prune/slice runs and its dense baselines (eval: the 'dense' row at s = 0, with
     the dense accuracy of a dense zeroshot run when present)."""
@@ -119,6 +119,11 @@ def sweep_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
     order = df["method"].ne(DENSE)  # the dense row first, then by method and sparsity
     return (df.assign(_o=order).sort_values(["_o", "method", "pattern", "allocation", "sparsity"])
             .drop(columns="_o").reset_index(drop=True))  # fmt: skip
+
+
+def table_records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as plain dicts, missing values (NaN) as None (JSON-safe)."""
+    return df.astype(object).where(df.notna(), None).to_dict(orient="records")
 
 
 def _run_id(cfg: dict[str, Any]) -> str:
