@@ -11,7 +11,7 @@ import pytest
 
 from core.cli import main
 from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig, RunConfig
-from core.errors import ConfigError, StoreError
+from core.errors import ConfigError, StoreError, SweepError
 from core.executors import LocalExecutor, pack_runs, unpack_runs
 from core.heartbeat import STALE_S, Heartbeat, run_alive
 from core.pipeline import plan_prune
@@ -195,6 +195,6 @@ def test_failed_point_is_reported_and_the_rest_stored(store, monkeypatch):
         return real(cfg, st, on_progress)
 
     monkeypatch.setattr(ex, "run_config", flaky)
-    with pytest.raises(Exception, match="1 of 3 runs failed.*boom"):
+    with pytest.raises(SweepError, match=r"1 of 3 runs failed.*boom"):
         run_sweep_grid(spec(sparsities=(0.25, 0.5)), store, LocalExecutor())
     assert len(store.list(status="done")) == 2
