@@ -115,8 +115,9 @@ class Executor(Protocol):
         """Raise ConfigError when the executor cannot run here (before any work)."""
 
     @property
-    def device(self) -> str:
-        """'cpu' or 'cuda': where the workers run ('auto' devices resolve to it)."""
+    def device(self) -> str | None:
+        """'cpu' or 'cuda': where remote workers run ('auto' devices resolve to it); None:
+        on this machine (devices resolve, and are checked, here)."""
 
     def run(self, configs: Sequence[RunConfig], store: RunStore, seeds: Sequence[str],
             on_done: OnDone) -> None:  # fmt: skip
@@ -137,8 +138,8 @@ class LocalExecutor:
         pass
 
     @property
-    def device(self) -> str:
-        return self._device or ("cuda" if torch.cuda.is_available() else "cpu")
+    def device(self) -> str | None:
+        return self._device
 
     def _worker_envs(self) -> list[dict[str, str]]:
         threads = max(1, (os.cpu_count() or 1) // self.workers)  # no oversubscribed cores

@@ -89,12 +89,17 @@ def point_label(p: dict[str, Any]) -> str:
 
 
 def resolve_model_for(spec: ModelSpec, device: str | None = None) -> ModelSpec:
-    """The resolved model spec; ``device`` ('cpu' | 'cuda') is where the executor's workers
-    run, used for 'auto' without checking that this (driver) machine has it."""
-    if device is None or spec.device != "auto":
-        dev = resolve_device(spec.device) if device is None else torch.device(spec.device)
+    """The resolved model spec. ``device`` ('cpu' | 'cuda'): where remote workers run, used
+    for 'auto' without requiring this (driver) machine to have it; None: resolve here."""
+    if device is None:
+        dev = resolve_device(spec.device)  # checks that this machine has it
     else:
-        dev = torch.device(device)
+        try:
+            dev = torch.device(device if spec.device == "auto" else spec.device)
+        except RuntimeError as exc:
+            raise ConfigError(
+                f"unknown device {spec.device!r} (use auto, cpu, cuda, cuda:N)"
+            ) from exc
     return dataclasses.replace(
         spec, device=str(dev), dtype=dtype_name(resolve_dtype(spec.dtype, dev))
     )

@@ -41,7 +41,7 @@ def run_sweep_grid(
     baselines, then every point the store does not hold yet, and return the table.
 
     Returns {"run_ids": grid order, "computed": n, "cached": n, "executor": name,
-    "device": 'cpu'|'cuda', "table": rows (TABLE_COLUMNS)}. Raises SweepError after the
+    "device": the runs' resolved device, "table": rows (TABLE_COLUMNS)}. Raises SweepError after the
     others finished when some points failed (the finished ones stay stored)."""
     emit = on_event or (lambda event: None)
     executor.check()
@@ -69,7 +69,7 @@ def run_sweep_grid(
     runs = [{"config": c.to_dict(), "metrics": store.load(c.run_id).metrics} for c in configs]
     return {"run_ids": [c.run_id for c in configs], "computed": len(todo),
             "cached": len(configs) - len(todo), "executor": executor.name,
-            "device": executor.device, "table": table_records(sweep_table(runs))}  # fmt: skip
+            "device": configs[0].model.device, "table": table_records(sweep_table(runs))}  # fmt: skip
 
 
 def _failure_message(failed: dict[str, str], n: int, what: str) -> str:

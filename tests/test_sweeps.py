@@ -240,3 +240,9 @@ def test_pool_of_two_matches_in_process_and_survives_a_killed_worker(store, tmp_
     assert out["table"] == reference["table"]
     assert sorted(p.name for p in (store.root / "runs").iterdir()) == sorted(out["run_ids"])
     assert {r.status for r in store.list()} == {"done"}
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_local_sweep_checks_the_device_here(store_root, capsys):
+    assert main(["sweep", *TINY_FLAGS, "--method", "wanda", "--device", "cuda"]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err and _n_runs(store_root) == 0
