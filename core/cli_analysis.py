@@ -36,7 +36,8 @@ def cmd_sweep(args, progress) -> dict[str, Any]:
     if cli_sweep.is_grid(args):  # any method, patterns, seeds, executors (core.sweeps)
         built = {"model": cli.model_spec(args), "calib": cli.calib_config(args),
                  "eval": cli.eval_config(args), "options": cli.parse_options(args.option),
-                 "zeroshot": cli.zeroshot_config(args), "store": cli.open_store(args)}  # fmt: skip
+                 "zeroshot": cli.zeroshot_config(args), "store": cli.open_store(args),
+                 "sparsities": _parse_grid(args.sparsities)}  # fmt: skip
         return cli_sweep.cmd_grid(args, progress, built)
     return run_sweep(cli.model_spec(args), _parse_grid(args.sparsities), cli.calib_config(args, 42),
                      cli.eval_config(args), cli.open_store(args), cli.parse_options(args.option),

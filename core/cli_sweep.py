@@ -78,19 +78,10 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError as exc:
-        raise ConfigError(
-            f"--sparsities expects numbers separated by commas, got {text!r}"
-        ) from exc
-
-
 def cmd_grid(args, progress, built: dict[str, Any]) -> dict[str, Any]:
     """Validate everything (grid, executor) before any work; run; return the table.
     ``built``: what the common CLI builds from the shared flags: model (ModelSpec), calib,
-    eval, options, zeroshot, store."""
+    eval, options, zeroshot, store, sparsities."""
     from core.executors import make_executor
     from core.sweep_grid import SweepSpec
     from core.sweeps import run_sweep_grid
@@ -99,7 +90,7 @@ def cmd_grid(args, progress, built: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError("--force is for single runs; a sweep reuses stored points (delete "
                           "runs with `python -m core runs delete` to recompute them)")  # fmt: skip
     seeds = _ints(args.seeds, "--seeds") or (args.seed if args.seed is not None else 0,)
-    spec = SweepSpec(built["model"], _names(args.method), _floats(args.sparsities),
+    spec = SweepSpec(built["model"], _names(args.method), built["sparsities"],
                      built["calib"], built["eval"], _names(args.patterns),
                      _names(args.allocations), seeds, args.targets, built["options"],
                      built["zeroshot"])  # fmt: skip

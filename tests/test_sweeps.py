@@ -8,6 +8,7 @@ import sqlite3
 import time
 
 import pytest
+from sweep_helpers import start_killer
 
 from core.cli import main
 from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig, RunConfig
@@ -204,33 +205,10 @@ def test_failed_point_is_reported_and_the_rest_stored(store, monkeypatch):
 def test_pool_of_two_matches_in_process_and_survives_a_killed_worker(store, tmp_path):
     """The local pool: its store equals the in-process one; a worker SIGKILLed mid-run breaks
     the pool, which is rebuilt and the unfinished runs resubmitted (nothing lost or doubled)."""
-    import os
-    import signal
-    import threading
-
     s = spec(methods=("magnitude", "wanda"), sparsities=(0.3, 0.6))
     reference = run_sweep_grid(s, RunStore(tmp_path / "ref"), LocalExecutor())
-    scratch, killed, stop = tmp_path / "scratch", [], threading.Event()
-
-    def kill_first_running() -> None:
-        while not stop.is_set() and not killed:
-            for db in scratch.glob("*/index.sqlite"):
-                try:
-                    rows = (
-                        sqlite3.connect(db, timeout=0.1)
-                        .execute("SELECT pid FROM runs WHERE status='running' AND kind='prune'")
-                        .fetchall()
-                    )
-                except sqlite3.Error:
-                    continue
-                if rows and rows[0][0] != os.getpid():
-                    os.kill(rows[0][0], signal.SIGKILL)
-                    killed.append(rows[0][0])
-                    return
-            time.sleep(0.1)
-
-    killer = threading.Thread(target=kill_first_running)
-    killer.start()
+    scratch = tmp_path / "scratch"
+    killer, killed, stop = start_killer(scratch)
     try:
         out = run_sweep_grid(s, store, LocalExecutor(2, scratch=str(scratch)))
     finally:

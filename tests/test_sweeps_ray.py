@@ -2,13 +2,8 @@
 ends identical to the same sweep run in-process, and a worker process killed mid-sweep is
 retried with nothing lost or duplicated."""
 
-import os
-import signal
-import sqlite3
-import threading
-import time
-
 import pytest
+from sweep_helpers import start_killer
 
 from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec
 from core.executors import LocalExecutor, RayExecutor
@@ -67,33 +62,10 @@ def test_ray_sweep_matches_local(cluster, local_store, tmp_path):
     assert again["computed"] == 0 and again["table"] == out["table"]
 
 
-def _kill_first_running(scratch, killed: list, stop: threading.Event) -> None:
-    """SIGKILL the worker process of the first run seen 'running' in a worker's own store."""
-    while not stop.is_set() and not killed:
-        for db in scratch.glob("*/index.sqlite"):
-            try:
-                rows = (
-                    sqlite3.connect(db, timeout=0.1)
-                    .execute("SELECT id, pid FROM runs WHERE status='running' AND kind='prune'")
-                    .fetchall()
-                )
-            except sqlite3.Error:
-                continue
-            for run_id, pid in rows:
-                if pid and pid != os.getpid():
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append((run_id, pid))
-                    return
-        time.sleep(0.1)
-
-
 def test_killed_worker_is_retried_nothing_lost_or_duplicated(cluster, local_store, tmp_path):
     scratch = tmp_path / "scratch"
     cluster.scratch = str(scratch)
-    killed: list = []
-    stop = threading.Event()
-    killer = threading.Thread(target=_kill_first_running, args=(scratch, killed, stop))
-    killer.start()
+    killer, killed, stop = start_killer(scratch)
     try:
         store = RunStore(tmp_path / "ray")
         out = run_sweep_grid(SPEC, store, cluster)
