@@ -146,7 +146,7 @@ class LocalExecutor:
         return [{"OMP_NUM_THREADS": str(threads)} for _ in range(self.workers)]
 
     def run(self, configs, store, seeds, on_done) -> None:
-        if self.workers == 1:
+        if self.workers == 1 or len(configs) == 1:  # one at a time: no pool to start up
             for cfg in configs:
                 _call(on_done, cfg, lambda c=cfg: run_config(c, store))
             return
