@@ -24,12 +24,23 @@ from typing import Any
 
 import transformers
 
+from core import cli_sweep
 from core.cli_output import TqdmProgress, print_human
 from core.config import RunConfig
 from core.errors import ConfigError, PruneScopeError
 from core.fields import CHOICE, COMMANDS, FLAG, FLOAT, INT, LIST, Field
 from core.methods import available_methods, get_method
-from core.requests import plan_request, run_options
+from core.requests import (
+    calib_config,
+    eval_config,
+    model_spec,
+    parse_grid,
+    parse_options,
+    plan_request,
+    run_options,
+    values_of,
+    zeroshot_config,
+)
 from core.runs import RunOptions, effdim_report, execute
 from core.store import RunStore
 
@@ -85,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
             if f.group not in groups:
                 groups[f.group] = p.add_argument_group(f.group)
             _add_field(groups[f.group], f)
+        if command == "sweep":
+            cli_sweep.add_grid_args(p)
         _add_common(p)
 
     p = sub.add_parser("run", help="execute a resolved run configuration (JSON; background jobs)")
@@ -99,11 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
         "across methods",
     )
     p.add_argument("run_ids", nargs="*", help="runs to include (default: every prune/slice run)")
-    p.add_argument(
-        "--key",
-        default="mean_pca99",
-        help="statistic: mean_pca99, mean_pca90, mean_erank, final_pca99, ...",
-    )
     _add_common(p)
 
     p = sub.add_parser("methods", help="the registered pruning methods and their --option keys")
@@ -137,8 +145,24 @@ def cmd_run_command(args: argparse.Namespace, progress: TqdmProgress) -> dict[st
     """eval, prune, slice, sweep, zeroshot: plan from the flags, then execute."""
     store = RunStore(args.store)
     values = field_values(args)
+    if args.command == "sweep" and cli_sweep.is_grid(args):
+        return cli_sweep.cmd_grid(args, progress, grid_parts(values, store))
     cfg = plan_request(args.command, values, store)
     return execute(cfg, store, progress, run_options(args.command, values, args.force))
+
+
+def grid_parts(values: dict[str, Any], store: RunStore) -> dict[str, Any]:
+    """What a grid sweep shares with single runs, built from the same fields."""
+    v = values_of("sweep", values)
+    return {
+        "model": model_spec(v),
+        "calib": calib_config(v),
+        "eval": eval_config(v),
+        "options": parse_options(v["option"]),
+        "zeroshot": zeroshot_config(v),
+        "store": store,
+        "sparsities": parse_grid(v["sparsities"]),
+    }
 
 
 def cmd_run_config(args: argparse.Namespace, progress: TqdmProgress) -> dict[str, Any]:
@@ -153,7 +177,7 @@ def cmd_run_config(args: argparse.Namespace, progress: TqdmProgress) -> dict[str
 
 def cmd_effdim(args: argparse.Namespace, progress: TqdmProgress) -> dict[str, Any]:
     store = RunStore(args.store)
-    out = effdim_report(store, args.run_ids or None, args.key)
+    out = effdim_report(store, args.run_ids or None)
     if args.run_ids and len(args.run_ids) == 1:
         run = store.load(args.run_ids[0])
         out["layers"] = run.table("effdim").to_dict(orient="records")

@@ -8,6 +8,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from core.cli_sweep import grid_lines
+
 
 class TqdmProgress:
     """A ProgressFn drawing one tqdm bar per stage on stderr."""
@@ -33,6 +35,10 @@ class TqdmProgress:
             self.bar = None
 
 
+def _interval(lo: float | None, hi: float | None) -> str:
+    return "[-]" if lo is None or hi is None else f"[{lo:.1f}, {hi:.1f}]"
+
+
 def effdim_lines(out: dict[str, Any]) -> list[str]:
     """The effective-dimension relation as a table per (model, evaluation) group."""
     if not out["groups"]:
@@ -40,25 +46,31 @@ def effdim_lines(out: dict[str, Any]) -> list[str]:
     lines = []
     for g in out["groups"]:
         lines.append(
-            f"model {g['model']}: PPL0 {g['ppl0']:.4f}, dense d_eff ({g['key']}) {g['d_dense']:.1f}"
+            f"model {g['model']}: PPL0 {g['ppl0']:.4f}, dense d_eff ({g['key']}, pre-registered) "
+            f"{g['d_dense']:.1f} {_interval(g.get('d_dense_lo'), g.get('d_dense_hi'))}"
         )
         lines.append(
-            f"{'run':<18}{'method':<12}{'s':>6}{'pattern':>14}{'d_eff':>8}{'ppl':>11}"
-            f"{'predicted':>12}{'rel.err':>9}"
+            f"{'run':<18}{'method':<12}{'s':>6}{'pattern':>14}{'d_eff [95%]':>22}{'pca99':>7}"
+            f"{'ppl':>11}{'predicted':>12}{'rel.err':>9}"
         )
         for r in sorted(g["rows"], key=lambda r: (r["method"] or "", r["sparsity"] or 0)):
+            short = "" if r.get("enough_tokens") is not False else "*"
+            d_eff = f"{r['d_eff']:.1f}{short} {_interval(r.get('d_eff_lo'), r.get('d_eff_hi'))}"
+            pca = r.get("mean_pca99")
             lines.append(
                 f"{r['run_id']:<18}{r['method'] or '-':<12}{r['sparsity'] or 0:>6.2f}"
-                f"{r['pattern'] or '-':>14}{r['d_eff']:>8.1f}{r['ppl']:>11.3f}"
-                f"{r['predicted']:>12.3f}{r['rel_error']:>9.3f}"
+                f"{r['pattern'] or '-':>14}{d_eff:>22}{pca if pca is None else f'{pca:.0f}':>7}"
+                f"{r['ppl']:>11.3f}{r['predicted']:>12.3f}{r['rel_error']:>9.3f}"
             )
         lines.append(
             f"mean |relative error| {g['mean_abs_rel_error']:.3f}; fit ln PPL0/ln PPL = "
             f"a·(d_eff/d_dense) + b: a = {g['a']:.3f}, b = {g['b']:.3f}, R^2 = {g['r2']:.3f}"
         )
+        lines.append("* fewer than 10·d tokens behind the statistic (core.effdim)")
     if "layers" in out:
         lines.append(
-            "per layer: " + ", ".join(f"{r['layer']}:{r['pca99']:.0f}" for r in out["layers"])
+            "per layer (erank_c): "
+            + ", ".join(f"{r['layer']}:{r['erank_c']:.1f}" for r in out["layers"])
         )
     return lines
 
@@ -173,6 +185,9 @@ def print_human(command: str, out: Any) -> None:
         return
     if command == "effdim":
         print("\n".join(effdim_lines(out)))
+        return
+    if command == "sweep" and "table" in out:  # a grid sweep (core.cli_sweep)
+        print("\n".join(grid_lines(out)))
         return
     if "metrics" not in out:
         print(json.dumps(out, indent=2, default=str))

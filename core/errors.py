@@ -24,3 +24,7 @@ class StoreError(PruneScopeError):
 
 class NumericalError(PruneScopeError):
     """A numerical procedure failed (e.g. a Hessian that stays non positive-definite)."""
+
+
+class SweepError(PruneScopeError):
+    """Some runs of a sweep failed (the others are stored; rerunning resumes)."""

@@ -195,8 +195,23 @@ SLICE = _group(
 )
 SWEEP = _group(
     "sweep",
-    Field("method", "Method", "slicegpt", "slicegpt", TEXT, ("slicegpt",)),
+    Field(
+        "method",
+        "Method",
+        "comma list of methods; slicegpt alone is the representation-dimension sweep with "
+        "Paper A's relation, any other list a grid sweep (core.sweeps)",
+        "slicegpt",
+        TEXT,
+    ),
     Field("sparsities", "Sparsities", "comma list of s", "0,0.1,0.2,0.3,0.4,0.5,0.6"),
+    Field(
+        "seeds",
+        "Calibration seeds",
+        "comma list of calibration seeds, one run per point and seed; intervals resample "
+        "them (empty: --seed alone)",
+        "",
+        TEXT,
+    ),
     dataclasses.replace(
         _OPTION, help="round_to=8, damp=0.01, slice_head=false, orientation=pca|random"
     ),

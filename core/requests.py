@@ -84,6 +84,14 @@ def parse_grid(text: str) -> tuple[float, ...]:
         ) from exc
 
 
+def parse_seeds(text: str | None) -> tuple[int, ...]:
+    """'0,1,2' -> (0, 1, 2); empty -> ()."""
+    try:
+        return tuple(int(x) for x in str(text or "").split(",") if x.strip())
+    except ValueError as exc:
+        raise ConfigError(f"--seeds expects integers separated by commas, got {text!r}") from exc
+
+
 def _absolute(path: str | None) -> str | None:
     """Absolute, so the run id does not depend on the working directory."""
     return None if path is None else str(Path(path).expanduser().resolve())
@@ -161,6 +169,7 @@ def _plan_sweep(v: Mapping[str, Any]) -> RunConfig:
         eval_config(v),
         parse_options(v["option"]),
         zeroshot_config(v),
+        parse_seeds(v["seeds"]),
     )
 
 

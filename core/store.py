@@ -12,7 +12,10 @@ Layout under the store root ($PRUNESCOPE_HOME or the platform user-data dir)::
 
 A run is written into ``tmp/`` and renamed into ``runs/`` only when complete; the index row
 goes from 'running' to 'done' after the rename, so a crash never leaves a half-written run
-marked done. Rows left 'running' by a dead process are marked 'interrupted' on open.
+marked done. A running job refreshes its row's heartbeat (core.heartbeat); on open, rows
+whose heartbeat went stale (or whose pid died on this host) are marked 'interrupted', so
+several hosts can share a store. ``import_run`` publishes a finished run folder from another
+store (a sweep worker's) atomically under its run id.
 """
 
 from __future__ import annotations
@@ -25,18 +28,21 @@ import socket
 import sqlite3
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
 from platformdirs import user_data_dir
-from safetensors import safe_open
 from safetensors.torch import save_file
 
 from core.config import RunConfig
+from core.environment import environment_record
 from core.errors import StoreError
+from core.heartbeat import STALE_S, Heartbeat, pid_alive, run_alive
+from core.run_record import Run, RunRecord
+
+__all__ = ["Run", "RunRecord", "RunStore", "RunWriter", "environment_record", "pid_alive"]
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +51,7 @@ CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL,
     created REAL NOT NULL, finished REAL, model TEXT, method TEXT, sparsity REAL,
     pattern TEXT, dataset TEXT, summary TEXT, config TEXT NOT NULL, error TEXT,
-    pid INTEGER, host TEXT
+    pid INTEGER, host TEXT, heartbeat REAL
 )"""
 
 
@@ -54,47 +60,6 @@ def default_root() -> Path:
     if env:
         return Path(env).expanduser()
     return Path(user_data_dir("prunescope"))
-
-
-def pid_alive(pid: int | None, host: str | None) -> bool:
-    """Whether process ``pid`` on ``host`` (this machine only) still exists."""
-    if not pid or host != socket.gethostname():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """One row of the index."""
-
-    id: str
-    kind: str
-    status: str
-    created: float
-    finished: float | None
-    model: str | None
-    method: str | None
-    sparsity: float | None
-    pattern: str | None
-    dataset: str | None
-    summary: dict[str, Any]
-    config: dict[str, Any]
-    error: str | None
-    pid: int | None
-    host: str | None
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> RunRecord:
-        d = dict(row)
-        d["summary"] = json.loads(d["summary"] or "{}")
-        d["config"] = json.loads(d["config"])
-        return cls(**d)
 
 
 class RunStore:
@@ -107,6 +72,9 @@ class RunStore:
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
             with self._db() as db:
                 db.execute(_SCHEMA)
+                cols = {r["name"] for r in db.execute("PRAGMA table_info(runs)")}
+                if "heartbeat" not in cols:  # an index written before heartbeats existed
+                    db.execute("ALTER TABLE runs ADD COLUMN heartbeat REAL")
             probe = self.root / "tmp" / f".probe-{uuid.uuid4().hex}"
             probe.write_text("ok")
             probe.unlink()
@@ -131,21 +99,35 @@ class RunStore:
             db.close()
 
     def reconcile(self) -> list[str]:
-        """Mark runs whose process died as 'interrupted'; drop orphaned temp folders."""
-        gone = [
-            r["id"]
-            for r in self._query("SELECT id, pid, host FROM runs WHERE status='running'")
-            if not pid_alive(r["pid"], r["host"])
-        ]
+        """Mark running rows whose heartbeat is stale (or whose pid died on this host) as
+        'interrupted'; drop orphaned temp folders. Other hosts' live runs are left alone."""
+        rows = self._query("SELECT id, pid, host, heartbeat FROM runs WHERE status='running'")
+        gone = [r["id"] for r in rows if not run_alive(r["pid"], r["host"], r["heartbeat"])]
         for run_id in gone:
             self._set_status(
                 run_id, "interrupted", error="the process running it ended unexpectedly"
             )
         live = {r["id"] for r in self._query("SELECT id FROM runs WHERE status='running'")}
         for tmp in (self.root / "tmp").glob("*"):
-            if tmp.name.split(".")[0] not in live:
+            # an import in flight is young; one older than STALE_S was left by a dead process
+            importing = ".import-" in tmp.name and time.time() - tmp.stat().st_mtime < STALE_S
+            if tmp.name.split(".")[0] not in live and not importing:
                 shutil.rmtree(tmp, ignore_errors=True)
         return gone
+
+    def beat(self, run_id: str) -> None:
+        """Refresh a running run's heartbeat (core.heartbeat)."""
+        self._query(
+            "UPDATE runs SET heartbeat=? WHERE id=? AND status='running'", (time.time(), run_id)
+        )
+
+    def _alive_row(self, run_id: str) -> bool:
+        rows = self._query("SELECT status, pid, host, heartbeat FROM runs WHERE id=?", (run_id,))
+        return bool(
+            rows
+            and rows[0]["status"] == "running"
+            and run_alive(rows[0]["pid"], rows[0]["host"], rows[0]["heartbeat"])
+        )
 
     def _set_status(self, run_id: str, status: str, error: str | None = None, summary=None) -> None:
         sets, args = ["status=?", "finished=?"], [status, time.time()]
@@ -159,13 +141,9 @@ class RunStore:
 
     def running_elsewhere(self, run_id: str) -> bool:
         """True while another live process is computing ``run_id``."""
-        rows = self._query("SELECT status, pid, host FROM runs WHERE id=?", (run_id,))
-        return bool(
-            rows
-            and rows[0]["status"] == "running"
-            and rows[0]["pid"] != os.getpid()
-            and pid_alive(rows[0]["pid"], rows[0]["host"])
-        )
+        rows = self._query("SELECT pid, host FROM runs WHERE id=?", (run_id,))
+        mine = rows and rows[0]["pid"] == os.getpid() and rows[0]["host"] == socket.gethostname()
+        return bool(rows) and not mine and self._alive_row(run_id)
 
     def wait_while_running(
         self, run_id: str, poll_s: float = 2.0, timeout_s: float = 86400
@@ -207,7 +185,7 @@ class RunStore:
 
     def delete(self, run_id: str) -> None:
         rec = self.get(run_id)
-        if rec.status == "running" and pid_alive(rec.pid, rec.host):
+        if self._alive_row(rec.id):
             raise StoreError(f"run {rec.id} is still running; cancel it first")
         # Move the folder aside first so a crash leaves either the whole run or nothing.
         folder = self.run_dir(rec.id)
@@ -228,41 +206,82 @@ class RunStore:
     def begin(self, config: RunConfig, force: bool = False) -> RunWriter:
         """Start writing a run. Raises StoreError if the same run is already running."""
         run_id = config.run_id
-        existing = self._query("SELECT status, pid, host FROM runs WHERE id=?", (run_id,))
-        if (
-            existing
-            and existing[0]["status"] == "running"
-            and pid_alive(existing[0]["pid"], existing[0]["host"])
-        ):
+        if self._alive_row(run_id):
             raise StoreError(f"run {run_id} (same configuration) is already running")
+        self._insert(config, "running", {}, os.getpid(), socket.gethostname())
+        tmp = self.root / "tmp" / f"{run_id}.{uuid.uuid4().hex[:8]}"
+        tmp.mkdir(parents=True)
+        self.progress_path(run_id).write_text("")
+        return RunWriter(self, run_id, tmp, config)
+
+    def _insert(self, config: RunConfig, status: str, summary: dict, pid, host) -> None:
         d = config.to_dict()
         prune = d.get("prune") or {}
         data = ((d.get("eval") or {}).get("data") or {}).get("dataset")
         if config.kind == "zeroshot":  # its eval field is unused: show the tasks instead
             data = "tasks: " + ",".join((d["extra"].get("zeroshot") or {}).get("tasks") or [])
+        now = time.time()
         self._query(
-            "INSERT OR REPLACE INTO runs (id, kind, status, created, model, method, sparsity, pattern,"
-            " dataset, summary, config, pid, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT OR REPLACE INTO runs (id, kind, status, created, finished, model, method,"
+            " sparsity, pattern, dataset, summary, config, pid, host, heartbeat)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
-                run_id,
+                config.run_id,
                 config.kind,
-                "running",
-                time.time(),
+                status,
+                now,
+                None if status == "running" else now,
                 config.model.name,
                 prune.get("method"),
                 prune.get("sparsity"),
                 prune.get("pattern"),
                 data,
-                "{}",
+                json.dumps(summary, default=str),
                 config.canonical_json(),
-                os.getpid(),
-                socket.gethostname(),
+                pid,
+                host,
+                now,
             ),
         )
-        tmp = self.root / "tmp" / f"{run_id}.{uuid.uuid4().hex[:8]}"
-        tmp.mkdir(parents=True)
-        self.progress_path(run_id).write_text("")
-        return RunWriter(self, run_id, tmp, config)
+
+    def import_run(self, folder: str | Path) -> bool:
+        """Publish a finished run folder of another store (a worker's) under its run id.
+
+        The folder is checked (its config hashes to its name, metrics.json exists), copied
+        into tmp/ and renamed into runs/ in one step, then indexed 'done'. Returns False when
+        this store already holds that run done (nothing is duplicated or replaced).
+        """
+        src = Path(folder)
+        try:
+            config = RunConfig.from_dict(json.loads((src / "config.json").read_text()))
+            metrics = json.loads((src / "metrics.json").read_text())
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"{src} is not a finished run folder: {exc}") from exc
+        if config.run_id != src.name:
+            raise StoreError(f"{src}: its config hashes to {config.run_id}, not {src.name}")
+        rows = self._query("SELECT status FROM runs WHERE id=?", (config.run_id,))
+        final = self.run_dir(config.run_id)
+        if rows and rows[0]["status"] == "done" and final.is_dir():
+            return False
+        tmp = self.root / "tmp" / f"{config.run_id}.import-{uuid.uuid4().hex[:8]}"
+        shutil.copytree(src, tmp)
+        if final.exists():  # a failed/interrupted leftover: replace it
+            old = self.root / "tmp" / f"{config.run_id}.replaced-{uuid.uuid4().hex[:6]}"
+            final.rename(old)
+            shutil.rmtree(old, ignore_errors=True)
+        try:
+            tmp.rename(final)
+        except OSError:  # another importer published it first
+            shutil.rmtree(tmp, ignore_errors=True)
+            return False
+        host = (
+            json.loads((final / "env.json").read_text()).get("host")
+            if (final / "env.json").is_file()
+            else None
+        )
+        self._insert(config, "done", metrics, None, host)
+        (self.root / "progress" / f"{config.run_id}.jsonl").unlink(missing_ok=True)
+        return True
 
     def load(self, run_id: str) -> Run:
         rec = self.get(run_id)
@@ -278,6 +297,7 @@ class RunWriter:
         self.store, self.run_id, self.dir, self.config = store, run_id, tmp, config
         self._write_json("config.json", config.to_dict())
         self._done = False
+        self._heart = Heartbeat(lambda: store.beat(run_id))
 
     def _write_json(self, name: str, obj: Any) -> None:
         (self.dir / name).write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
@@ -311,11 +331,13 @@ class RunWriter:
             final.rename(old)
             shutil.rmtree(old, ignore_errors=True)
         self.dir.rename(final)
+        self._heart.stop()
         self.store._set_status(self.run_id, "done", summary=metrics)
         self._done = True
         return final
 
     def fail(self, error: str, status: str = "failed") -> None:
+        self._heart.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
         self.store._set_status(self.run_id, status, error=error)
         self._done = True
@@ -332,53 +354,3 @@ class RunWriter:
             self.fail("cancelled by the user", status="cancelled")
         else:
             self.fail(f"{exc_type.__name__}: {exc}")
-
-
-class Run:
-    """A finished run read back from disk."""
-
-    def __init__(self, record: RunRecord, folder: Path) -> None:
-        self.record, self.dir = record, folder
-
-    @property
-    def id(self) -> str:
-        return self.record.id
-
-    def _json(self, name: str) -> dict[str, Any]:
-        path = self.dir / name
-        return json.loads(path.read_text()) if path.is_file() else {}
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return self._json("config.json")
-
-    @property
-    def env(self) -> dict[str, Any]:
-        return self._json("env.json")
-
-    @property
-    def metrics(self) -> dict[str, Any]:
-        return self._json("metrics.json")
-
-    def tables(self) -> list[str]:
-        return sorted(p.stem for p in (self.dir / "tables").glob("*.parquet"))
-
-    def table(self, name: str) -> pd.DataFrame:
-        path = self.dir / "tables" / f"{name}.parquet"
-        if not path.is_file():
-            raise StoreError(f"run {self.id} has no table {name!r} (has: {self.tables()})")
-        return pd.read_parquet(path)
-
-    def arrays(self, name: str, keys: list[str] | None = None) -> dict[str, torch.Tensor]:
-        path = self.dir / "arrays" / f"{name}.safetensors"
-        if not path.is_file():
-            return {}
-        with safe_open(str(path), framework="pt") as fh:
-            return {k: fh.get_tensor(k) for k in (keys or list(fh.keys()))}
-
-    def array_keys(self, name: str) -> list[str]:
-        path = self.dir / "arrays" / f"{name}.safetensors"
-        if not path.is_file():
-            return []
-        with safe_open(str(path), framework="pt") as fh:
-            return list(fh.keys())

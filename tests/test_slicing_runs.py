@@ -1,5 +1,6 @@
 """SliceGPT runs, sweeps and the effective-dimension report through the pipeline and CLI."""
 
+import dataclasses
 import json
 
 import pytest
@@ -98,3 +99,20 @@ def test_cli_slice_sweep_effdim(capsys, store_root):
     assert "predicted" in capsys.readouterr().out
     assert main(["sweep", "--sparsities", "0,x", *common]) == 2
     assert "--sparsities" in capsys.readouterr().err
+
+
+def test_sweep_over_seeds_has_intervals_and_a_verdict(store):
+    res = run_sweep(MODEL, (0.0, 0.25, 0.5), CALIB, EVAL, store, seeds=(0, 1))
+    m = res["metrics"]
+    assert m["n_seeds"] == 2 and m["n_windows"] == 4
+    for sfx in ("", "_eff"):
+        assert m["a_lo" + sfx] <= m["a" + sfx] <= m["a_hi" + sfx]
+        assert m["verdict" + sfx] in ("supported", "contradicted", "inconclusive")
+    table = store.load(res["run_id"]).table("sweep")
+    assert (table["ppl_lo"] <= table["ppl"]).all() and (table["ppl"] <= table["ppl_hi"]).all()
+    assert all(len(ids.split(",")) == 2 for ids in table["run_ids"])
+    # The seeds are ordinary slice runs: the same (s, seed) planned alone has the same id.
+    one = run_slice(
+        MODEL, PruneConfig("slicegpt", 0.25), dataclasses.replace(CALIB, seed=1), EVAL, store
+    )
+    assert one["cached"] and one["run_id"] in table["run_ids"].iloc[1]

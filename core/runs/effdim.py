@@ -11,11 +11,15 @@ from core.names import EFFDIM_KEY, EFFDIM_PREFIX, PRUNED_KINDS
 from core.repdim import effective_relation
 from core.store import RunStore
 
+SECONDARY_KEY = "mean_pca99"  # shown beside the pre-registered statistic, never fitted
+
 
 def effdim_report(
     store: RunStore, run_ids: list[str] | None = None, key: str = EFFDIM_KEY
 ) -> dict[str, Any]:
-    """Test PPL = PPL₀^(d_eff,dense/d_eff) on stored prune/slice runs.
+    """Test PPL = PPL₀^(d_eff,dense/d_eff) on stored prune/slice runs, with d_eff the
+    statistic fixed in advance (core.effdim.PRIMARY; ``key`` only for tests of the report).
+    Each row carries the statistic's 95% interval and the secondary pca99.
 
     Runs are grouped by (model, evaluation config); PPL₀ and d_eff,dense come from the dense
     'eval' run of the same group. Returns {"groups": [{model, data, ppl0, d_dense, a, b, r2,
@@ -51,6 +55,10 @@ def effdim_report(
                 "pattern": r.pattern,
                 "ppl": r.summary["ppl"],
                 "d_eff": r.summary[metric],
+                "d_eff_lo": r.summary.get(f"{metric}_lo"),
+                "d_eff_hi": r.summary.get(f"{metric}_hi"),
+                "enough_tokens": r.summary.get(f"{EFFDIM_PREFIX}enough_tokens"),
+                SECONDARY_KEY: r.summary.get(f"{EFFDIM_PREFIX}{SECONDARY_KEY}"),
             }
             for r in members
         ]
@@ -61,6 +69,8 @@ def effdim_report(
                 "dense_run": dense_id,
                 "ppl0": dense["ppl"],
                 "d_dense": dense[metric],
+                "d_dense_lo": dense.get(f"{metric}_lo"),
+                "d_dense_hi": dense.get(f"{metric}_hi"),
                 "key": key,
                 **rel,
             }

@@ -119,8 +119,10 @@ def run_sweep(
     on_progress: ProgressFn | None = None,
     force: bool = False,
     zeroshot: ZeroShotConfig | None = None,
+    seeds: tuple[int, ...] = (),
 ) -> dict[str, Any]:
-    """SliceGPT at every s of the grid (each a stored 'slice' run) and Paper A's relations:
-    (A1) for perplexity always, (A2) for accuracy per task and averaged when ``zeroshot``."""
-    cfg = plan_sweep(model, sparsities, calib, eval_cfg, options, zeroshot)
+    """SliceGPT at every s of the grid and calibration seed (each a stored 'slice' run) and
+    Paper A's relations with intervals: (A1) for perplexity always, (A2) for accuracy per
+    task and averaged when ``zeroshot``."""
+    cfg = plan_sweep(model, sparsities, calib, eval_cfg, options, zeroshot, seeds)
     return execute_sweep(cfg, store, on_progress, force)

@@ -1,0 +1,275 @@
+"""Grid sweeps of any method: grid resolution and validation, the sweep table, heartbeat
+liveness and run-folder import in the store, executors' bad input, an in-process sweep."""
+
+import json
+import math
+import socket
+import sqlite3
+import time
+
+import pytest
+from sweep_helpers import start_killer
+
+from core.cli import main
+from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig, RunConfig
+from core.errors import ConfigError, StoreError, SweepError
+from core.executors import LocalExecutor, pack_runs, unpack_runs
+from core.heartbeat import STALE_S, Heartbeat, run_alive
+from core.runs import plan_prune, plan_slice
+from core.store import RunStore
+from core.sweep_grid import SweepSpec, resolve_grid
+from core.sweeps import run_sweep_grid, sweep_table, table_records
+
+MODEL = ModelSpec("tiny-llama", "cpu", "float32")
+EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)
+CALIB = CalibConfig(DataSpec("pydoc", "train"), nsamples=4, seqlen=64, seed=0)
+TINY_FLAGS = [
+    "--model",
+    "tiny-llama",
+    "--device",
+    "cpu",
+    "--dtype",
+    "float32",
+    "--calib",
+    "pydoc",
+    "--nsamples",
+    "4",
+    "--seqlen",
+    "64",
+    "--eval",
+    "pydoc",
+    "--max-windows",
+    "4",
+    "--quiet",
+]
+
+
+def spec(**kw) -> SweepSpec:
+    base = {
+        "model": MODEL,
+        "methods": ("magnitude",),
+        "sparsities": (0.5,),
+        "calib": CALIB,
+        "eval": EVAL,
+    }
+    return SweepSpec(**{**base, **kw})
+
+
+# ---- grid ----------------------------------------------------------------------------------------
+def test_grid_has_the_ids_of_single_runs_dense_first_each_once():
+    s = spec(methods=("wanda", "slicegpt"), sparsities=(0.25, 0.5, 0.25), seeds=(0, 1))
+    configs = resolve_grid(s)
+    assert configs[0].kind == "eval" and configs[0].run_id == RunConfig("eval", MODEL, EVAL).run_id
+    expect = {
+        plan_prune(
+            MODEL, PruneConfig("wanda", x), CALIB.__class__(CALIB.data, 4, 64, seed), EVAL
+        ).run_id
+        for x in (0.25, 0.5)
+        for seed in (0, 1)
+    }
+    expect |= {
+        plan_slice(
+            MODEL, PruneConfig("slicegpt", x), CalibConfig(CALIB.data, 4, 64, seed), EVAL
+        ).run_id
+        for x in (0.25, 0.5)
+        for seed in (0, 1)
+    }
+    assert {c.run_id for c in configs[1:]} == expect and len(configs) == 1 + 8
+
+
+def test_nm_points_collapse_to_their_own_sparsity():
+    configs = resolve_grid(
+        spec(
+            methods=("sparsegpt",),
+            sparsities=(0.3, 0.6),
+            patterns=("unstructured", "2:4"),
+            allocations=("uniform", "owl"),
+        )
+    )
+    nm = [c.prune for c in configs if c.prune is not None and c.prune.pattern == "2:4"]
+    assert [(p.sparsity, p.allocation) for p in nm] == [(0.5, "uniform"), (0.5, "owl")]
+    assert len(configs) == 1 + 4 + 2
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"methods": ()}, "grid is empty"),
+        ({"sparsities": ()}, "grid is empty"),
+        ({"sparsities": (0.5, 1.0)}, "sparsity=1.0"),
+        ({"methods": ("slicegpt",), "patterns": ("2:4",)}, "method=slicegpt .*N:M"),
+        ({"methods": ("sparsegpt",), "patterns": ("3:7",)}, "pattern=3:7 .*divisible by 7"),
+        ({"methods": ("slicegpt",), "sparsities": (0.5, 0.99)}, "sparsity=0.99 .*rounds down"),
+        ({"methods": ("magnitude", "nosuch")}, "method=nosuch"),
+        ({"options": (("percdamp", 0.1),)}, "method=magnitude .*options"),
+        (
+            {"eval": EvalConfig(DataSpec("pydoc", "test"), seqlen=4096)},
+            "exceeds the model's context",
+        ),
+    ],
+)
+def test_invalid_grid_names_the_point(kw, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve_grid(spec(**kw))
+
+
+# ---- table ---------------------------------------------------------------------------------------
+def _run(method, s, seed, ppl, acc=None, kind="prune"):
+    prune = PruneConfig(method, s) if kind != "eval" else None
+    cfg = RunConfig(
+        kind, MODEL, EVAL, CalibConfig(CALIB.data, 4, 64, seed) if prune else None, prune
+    )
+    return {"config": cfg.to_dict(), "metrics": {"ppl": ppl, "mean_acc": acc}}
+
+
+def test_table_mean_and_spread_over_seeds():
+    runs = [
+        _run("wanda", 0.5, 0, 10.0, 0.6),
+        _run("wanda", 0.5, 1, 14.0, 0.4),
+        _run("wanda", 0.3, 0, 9.0),
+        _run("dense", 0.0, 0, 8.0, kind="eval"),
+    ]
+    df = sweep_table(runs)
+    assert df["method"].tolist() == ["dense", "wanda", "wanda"]
+    two = df[(df.method == "wanda") & (df.sparsity == 0.5)].iloc[0]
+    assert two.n_seeds == 2 and two.ppl_mean == 12.0 and two.ppl_std == pytest.approx(2**0.5 * 2)
+    assert (two.ppl_min, two.ppl_max) == (10.0, 14.0) and two.acc_mean == pytest.approx(0.5)
+    one = df[(df.method == "wanda") & (df.sparsity == 0.3)].iloc[0]
+    assert one.n_seeds == 1 and math.isnan(one.ppl_std)  # no spread claimed from one seed
+    assert table_records(df)[1]["ppl_std"] is None
+
+
+# ---- store: heartbeat and import -------------------------------------------------------------------
+def test_liveness_is_the_heartbeat_not_another_hosts_pid():
+    now = time.time()
+    here = socket.gethostname()
+    assert run_alive(12345, "another-host", now - 5, now)  # positive control: fresh elsewhere
+    assert not run_alive(12345, "another-host", now - STALE_S - 1, now)  # stale elsewhere
+    assert not run_alive(2**22 + 12345, here, now - 5, now)  # fresh but its pid died here
+    assert not run_alive(12345, "another-host", None, now)  # legacy row of another host
+
+
+def test_reconcile_spares_other_hosts_live_runs(store):
+    a, b = (RunConfig("eval", MODEL, EvalConfig(seqlen=n)) for n in (64, 128))
+    for cfg in (a, b):
+        store.begin(cfg)
+    beat = time.time()
+    store._query("UPDATE runs SET host='node-2', pid=1, heartbeat=? WHERE id=?", (beat, a.run_id))
+    store._query(
+        "UPDATE runs SET host='node-2', pid=1, heartbeat=? WHERE id=?",
+        (beat - STALE_S - 5, b.run_id),
+    )
+    assert RunStore(store.root).reconcile() == []  # b was already reconciled on open
+    assert store.get(a.run_id).status == "running" and store.get(b.run_id).status == "interrupted"
+    assert store.running_elsewhere(a.run_id)
+
+
+def test_heartbeat_thread_beats():
+    beats = []
+    hb = Heartbeat(lambda: beats.append(1), interval=0.02)
+    time.sleep(0.2)
+    hb.stop()
+    n = len(beats)
+    time.sleep(0.1)
+    assert n >= 2 and len(beats) == n
+
+
+def test_import_run_folder_once(store, tmp_path):
+    other = RunStore(tmp_path / "worker")
+    cfg = RunConfig("eval", MODEL, EVAL)
+    with other.begin(cfg) as w:
+        w.write_table("t", [{"x": 1}])
+        w.commit({"ppl": 3.0})
+    blob = pack_runs(other, [cfg.run_id])
+    assert unpack_runs(blob, store) == [cfg.run_id]
+    assert unpack_runs(blob, store) == []  # already there: nothing duplicated
+    rec = store.get(cfg.run_id)
+    assert rec.status == "done" and rec.summary == {"ppl": 3.0}
+    assert store.load(cfg.run_id).table("t")["x"].tolist() == [1]
+    bad = tmp_path / "0123456789abcdef"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps(cfg.to_dict()))
+    (bad / "metrics.json").write_text("{}")
+    with pytest.raises(StoreError, match="hashes to"):
+        store.import_run(bad)
+
+
+# ---- bad input: one clear error before any work, nothing stored ------------------------------------
+def _n_runs(root) -> int:
+    db = root / "index.sqlite"
+    return (
+        sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0] if db.exists() else 0
+    )
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--method", "wanda", "--executor", "gpus", "--gpus", "3"], "GPU"),
+        (
+            ["--method", "wanda", "--executor", "ray", "--ray-address", "127.0.0.1:9"],
+            "cannot reach",
+        ),
+        (["--method", "wanda", "--sparsities", ""], "grid is empty"),
+        (["--method", "wanda,sparsegpt", "--patterns", "2:4,3:7"], "grid point .*3:7"),
+    ],
+)
+def test_bad_sweep_input_fails_before_work(store_root, capsys, flags, message):
+    assert main(["sweep", *TINY_FLAGS, *flags]) == 2
+    assert pytest.importorskip("re").search(message, capsys.readouterr().err)
+    assert _n_runs(store_root) == 0
+
+
+# ---- in-process sweep through the CLI ------------------------------------------------------------
+def test_cli_sweep_of_two_methods_and_resume(store_root, capsys):
+    flags = ["sweep", *TINY_FLAGS, "--method", "magnitude,wanda", "--sparsities", "0.25,0.5"]
+    assert main([*flags, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["computed"] == 5 and out["cached"] == 0 and len(out["table"]) == 5
+    rows = {(r["method"], r["sparsity"]): r for r in out["table"]}
+    dense = rows[("dense", 0.0)]["ppl_mean"]
+    assert rows[("magnitude", 0.5)]["ppl_mean"] != dense
+    assert main(flags) == 0  # everything stored: reused, the same table printed
+    text = capsys.readouterr().out
+    assert "5 runs (0 computed, 5 reused)" in text and "wanda" in text
+
+
+def test_failed_point_is_reported_and_the_rest_stored(store, monkeypatch):
+    import core.executors as ex
+
+    real = ex.run_config
+
+    def flaky(cfg, st, on_progress=None):
+        if cfg.prune is not None and cfg.prune.sparsity == 0.5:
+            raise ConfigError("boom")
+        return real(cfg, st, on_progress)
+
+    monkeypatch.setattr(ex, "run_config", flaky)
+    with pytest.raises(SweepError, match=r"1 of 3 runs failed.*boom"):
+        run_sweep_grid(spec(sparsities=(0.25, 0.5)), store, LocalExecutor())
+    assert len(store.list(status="done")) == 2
+
+
+@pytest.mark.slow
+def test_pool_of_two_matches_in_process_and_survives_a_killed_worker(store, tmp_path):
+    """The local pool: its store equals the in-process one; a worker SIGKILLed mid-run breaks
+    the pool, which is rebuilt and the unfinished runs resubmitted (nothing lost or doubled)."""
+    s = spec(methods=("magnitude", "wanda"), sparsities=(0.3, 0.6))
+    reference = run_sweep_grid(s, RunStore(tmp_path / "ref"), LocalExecutor())
+    scratch = tmp_path / "scratch"
+    killer, killed, stop = start_killer(scratch)
+    try:
+        out = run_sweep_grid(s, store, LocalExecutor(2, scratch=str(scratch)))
+    finally:
+        stop.set()
+        killer.join()
+    assert killed and out["computed"] == 5
+    assert out["table"] == reference["table"]
+    assert sorted(p.name for p in (store.root / "runs").iterdir()) == sorted(out["run_ids"])
+    assert {r.status for r in store.list()} == {"done"}
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_local_sweep_checks_the_device_here(store_root, capsys):
+    assert main(["sweep", *TINY_FLAGS, "--method", "wanda", "--device", "cuda"]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err and _n_runs(store_root) == 0
