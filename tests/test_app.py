@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 from core import jobs
 from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig, RunConfig
 from core.models import load_model
+from core.names import DEFAULT_DIM
 from core.store import RunStore
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -98,6 +99,7 @@ def fake_prune(store: RunStore, method: str, sparsity: float, keep_q: bool = Tru
                 "prune_seconds": 1.0,
                 "effdim_mean_erank": 20 - sparsity,
                 "effdim_mean_pca99": 40 - 20 * sparsity,
+                "effdim_mean_erank_c": 40 - 20 * sparsity,  # the pre-registered statistic
                 "dense_run": DENSE.run_id,
                 "model": lm.adapter.describe(),
                 "data": {"dataset": "pydoc", "comparable": False},
@@ -108,7 +110,14 @@ def fake_prune(store: RunStore, method: str, sparsity: float, keep_q: bool = Tru
 
 def fake_dense(store: RunStore) -> str:
     with store.begin(DENSE) as w:
-        w.commit({"ppl": 250.0, "effdim_mean_pca99": 40.0, "effdim_mean_erank": 21.0})
+        w.commit(
+            {
+                "ppl": 250.0,
+                "effdim_mean_pca99": 40.0,
+                "effdim_mean_erank": 21.0,
+                "effdim_mean_erank_c": 40.0,
+            }
+        )
     return DENSE.run_id
 
 
@@ -259,7 +268,7 @@ def test_repdim_page_sweep_charts_table_and_effdim(filled_store) -> None:
     assert len(at.get("plotly_chart")) == 3  # ppl vs d′, ratio vs 1−s, effective dimension
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["width d"] == "64" and "mean |prediction error|" in metrics
-    assert at.selectbox(key="effdim_measure").value == "effdim_mean_pca99"
+    assert at.selectbox(key="effdim_measure").value == DEFAULT_DIM  # the pre-registered one
     relation = at.dataframe[1].value
     assert sorted(relation["method"]) == ["magnitude", "wanda"]
     # wanda: d_eff 30 of 40 -> PPL0^(40/30)

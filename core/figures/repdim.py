@@ -209,12 +209,12 @@ def effdim_scatter(
     return layout(fig, "Perplexity vs effective dimension, all methods")
 
 
-DIM_KEY = re.compile(r"^(eff_?dim_)?(mean_|final_)?(pca\d+|erank|erank_sv)$")
+DIM_KEY = re.compile(r"^(eff_?dim_)?(mean_|final_)?(pca\d+|erank|erank_sv|erank_c)$")
 
 
 def is_dim_key(name: str) -> bool:
     """Whether a metric / column names an effective dimension: core.repdim's pca99, pca90,
-    erank, erank_sv, optionally prefixed mean_ / final_ and effdim_ (run metrics)."""
+    erank, erank_sv and erank_c, optionally prefixed mean_ / final_ and effdim_ (run metrics)."""
     return str(name).startswith("eff_dim") or bool(DIM_KEY.match(str(name)))
 
 
