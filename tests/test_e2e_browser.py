@@ -76,6 +76,9 @@ def test_prune_then_attention_then_a_bad_input(tmp_path, shots) -> None:
 
         open_page(page, url, "Attention masks")
         charts = page.locator("[data-testid='stPlotlyChart']")
+        # The heatmaps come after the page computes attention for its prompt: wait for them.
+        charts.nth(2).wait_for(timeout=120_000)
+        wait_charts(page)
         assert charts.count() >= 3  # two keep masks and the dense / pruned / difference maps
         assert page.locator("[data-testid='stPlotlyChart'] .heatmaplayer").count() >= 3
         fit_viewport(page)
