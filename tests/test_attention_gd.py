@@ -299,6 +299,20 @@ def test_method_prunes_q_and_k_exactly_and_fills_tables(weight_dtype, init):
     assert {"mask_agreement_magnitude", "mask_agreement_wanda", "gd_verdict"} <= summary.keys()
 
 
+@pytest.mark.parametrize(
+    ("checks", "index", "judged"),
+    [("full", 0, [0, 1]), ("sample", 0, [0]), ("sample", 1, [1]), ("none", 0, [])],
+)
+def test_checks_judge_every_group_one_per_layer_or_none(checks, index, judged):
+    """"sample" judges group = layer mod KV heads, so layers rotate through the groups."""
+    ctx = fake_context()
+    ctx.index, ctx.n_layers = index, 2
+    AttentionGD(AttentionGDOptions(steps=3, power_iters=2, checks=checks)).prune_layer(ctx)
+    verdicts = {row["group"]: row["verdict"] for row in ctx.tables["gd_groups"]}
+    assert sorted(verdicts) == [0, 1]
+    assert [g for g, v in verdicts.items() if v != "not_checked"] == judged
+
+
 def test_scaled_init_binarised_at_step_zero_is_the_baseline_mask():
     """GD with tol large enough to stop after one step from a Wanda-scaled M₀ stays near
     Wanda's mask; at M₀ itself binarising by M is exactly Wanda's keep mask."""

@@ -39,6 +39,7 @@ from core.methods.wanda import wanda_mask
 log = logging.getLogger(__name__)
 # Tables every attention-gd run writes (pages import these names).
 TABLE_TRAJECTORY, TABLE_GROUPS = "gd_trajectory", "gd_groups"
+UNCHECKED: dict[str, Any] = {"verdict": "not_checked"}
 TABLE_HEADS, TABLE_AGREEMENT = "gd_heads", "gd_agreement"
 
 
@@ -158,7 +159,12 @@ class AttentionGD(Method):
             groups.append(res)
         keep = {role: binarize(mask_scores(M[role], W[role], opts.binarize), sparsity[role], opts.scope)
                 for role in ("q", "k")}  # fmt: skip
-        checks = [self._check(res, extras[g], x_norms) for g, res in enumerate(groups)]
+        checks = [
+            self._check(res, extras[g], x_norms)
+            if self._judged(ctx.index, g, n_kv)
+            else dict(UNCHECKED)
+            for g, res in enumerate(groups)
+        ]
         agree = self._agreement(ctx, W, keep, sparsity, col_sq)
         errors = self._record(ctx, groups, checks, keep, r, head_dim)
         ctx.add_rows(TABLE_AGREEMENT, agree)
@@ -178,12 +184,18 @@ class AttentionGD(Method):
             )
         return reports
 
+    def _judged(self, layer: int, group: int, n_groups: int) -> bool:
+        """Whether the checks judge this group (options.checks: all, one per layer, none)."""
+        if self.options.checks == "sample":
+            return group == layer % n_groups
+        return self.options.checks == "full"
+
     def _check(
         self, res: GroupResult, extras: HeadExtras, x_norms: Tensor | None
     ) -> dict[str, Any]:
         """Assumption checks of one group at its last λ (diagnostics rule)."""
-        if self.options.checks == "none" or not res.run.values:
-            return {"verdict": "not_checked"}
+        if not res.run.values:
+            return dict(UNCHECKED)
         plain = all(v is None for v in (extras.bq, extras.bk, extras.q_gain, extras.k_gain))
         bound = math.nan
         if plain:  # the analytical bound covers Paper B's form only
