@@ -304,7 +304,7 @@ def test_method_prunes_q_and_k_exactly_and_fills_tables(weight_dtype, init):
     [("full", 0, [0, 1]), ("sample", 0, [0]), ("sample", 1, [1]), ("none", 0, [])],
 )
 def test_checks_judge_every_group_one_per_layer_or_none(checks, index, judged):
-    """"sample" judges group = layer mod KV heads, so layers rotate through the groups."""
+    """checks="sample" judges group = layer mod KV heads: layers rotate through the groups."""
     ctx = fake_context()
     ctx.index, ctx.n_layers = index, 2
     AttentionGD(AttentionGDOptions(steps=3, power_iters=2, checks=checks)).prune_layer(ctx)
