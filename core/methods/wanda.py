@@ -55,7 +55,6 @@ class Wanda(ScoreMethod):
 
     name = "wanda"
     options_cls = WandaOptions
-    needs_gram = False  # column norms + a token sample suffice (no O(in²) Gram products)
 
     def scores(self, W: torch.Tensor, stats: LinearStats | None) -> torch.Tensor:
         if stats is None:
