@@ -41,7 +41,6 @@ import torch
 from core.errors import ConfigError, NumericalError
 from core.masks import check_nm, check_sparsity, lowest_k_mask, nm_prune_mask, prune_count
 from core.methods import register
-from core.methods.base import LinearStats
 from core.methods.linear import LinearwiseMethod, PrunedWeight, WeightJob
 
 log = logging.getLogger(__name__)
