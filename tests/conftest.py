@@ -29,6 +29,18 @@ def store(store_root):
     return RunStore(store_root)
 
 
+@pytest.fixture
+def tiny_flags(store_root) -> list[str]:
+    """CLI flags of a run of the tiny Llama on CPU: pydoc text, 4 calibration windows of 64
+    tokens, 4 evaluation windows, stored in the test's own store."""
+    return [
+        *("--model", "tiny-llama", "--device", "cpu", "--dtype", "float32"),
+        *("--calib", "pydoc", "--nsamples", "4", "--seqlen", "64"),
+        *("--eval", "pydoc", "--max-windows", "4"),
+        *("--store", str(store_root), "--quiet"),
+    ]
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not (SHARED_DATA / "wikitext-2-raw").is_dir():
