@@ -20,19 +20,12 @@ from typing import Any
 
 import torch
 
-from core.config import (
-    CalibConfig,
-    EvalConfig,
-    ModelSpec,
-    PruneConfig,
-    RunConfig,
-    ZeroShotConfig,
-    zeroshot_dict,
-)
+from core.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig, RunConfig, ZeroShotConfig
 from core.device import dtype_name, resolve_device, resolve_dtype
 from core.errors import ConfigError
 from core.masks import parse_pattern
-from core.runs.plan import check_run, prune_run_config, readable_geometry
+from core.names import EVAL
+from core.runs.plan import check_run, prune_run_config, readable_geometry, zeroshot_run_config
 
 
 @dataclass(frozen=True)
@@ -122,10 +115,9 @@ def plan_point(spec: SweepSpec, model: ModelSpec, p: dict[str, Any]) -> RunConfi
 
 def baselines(spec: SweepSpec, model: ModelSpec) -> list[RunConfig]:
     """The dense runs every point compares with: perplexity, and accuracy when asked."""
-    out = [RunConfig("eval", model, spec.eval)]
-    if spec.zeroshot is not None:  # as pipeline.plan_zeroshot builds it for a dense model
-        extra = (("source_run", None), ("zeroshot", zeroshot_dict(spec.zeroshot)))
-        out.append(RunConfig("zeroshot", model, EvalConfig(), extra=extra))
+    out = [RunConfig(EVAL, model, spec.eval)]
+    if spec.zeroshot is not None:
+        out.append(zeroshot_run_config(model, spec.zeroshot))
     return out
 
 

@@ -9,7 +9,8 @@ run id), then executed by its kind (``execute``). Entry points: the ``run_*`` fu
 
 from core.runs.common import RunOptions
 from core.runs.effdim import effdim_report
-from core.runs.execute import KINDS, execute, run_eval, run_prune, run_slice, run_sweep
+from core.runs.execute import KINDS, execute
+from core.runs.parts import run_eval, run_prune, run_slice, run_sweep
 from core.runs.plan import (
     check_run,
     plan_eval,

@@ -133,13 +133,23 @@ def plan_prune(
     calib: CalibConfig,
     eval_cfg: EvalConfig,
     zeroshot: ZeroShotConfig | None = None,
+    *,
+    kind: str | None = None,
 ) -> RunConfig:
     """The resolved config of a run applying ``prune.method``: kind 'prune' for layer-wise
-    methods, the method's own kind ('slice' for SliceGPT) otherwise. Zero-shot settings
-    enter the config only when given, so runs without keep their ids."""
+    methods, the method's own kind ('slice' for SliceGPT) otherwise; ``kind``: the one the
+    caller insists on. Zero-shot settings enter the config only when given, so runs without
+    keep their ids."""
     cfg = prune_run_config(resolve_model_spec(model), prune, calib, eval_cfg, zeroshot)
+    if kind is not None and cfg.kind != kind:
+        raise ConfigError(f"{cfg.prune.method} makes '{cfg.kind}' runs, not '{kind}' runs")
     check_run(cfg)
     return cfg
+
+
+def plan_slice(*parts: Any, **kwargs: Any) -> RunConfig:
+    """``plan_prune`` (the same arguments) for a method that slices (runs of kind 'slice')."""
+    return plan_prune(*parts, kind=SLICE, **kwargs)
 
 
 def prune_run_config(
@@ -155,14 +165,6 @@ def prune_run_config(
     extra = (("zeroshot", zeroshot_dict(zeroshot)),) if zeroshot is not None else ()
     kind = get_method(prune.method).run_kind
     return RunConfig(kind, model, eval_cfg, calib, prune, extra)
-
-
-def plan_slice(*parts: Any, **kwargs: Any) -> RunConfig:
-    """``plan_prune`` (the same arguments) for a method that slices (runs of kind 'slice')."""
-    cfg = plan_prune(*parts, **kwargs)
-    if cfg.kind != SLICE:
-        raise ConfigError(f"{cfg.prune.method} does not slice dimensions; use prune")
-    return cfg
 
 
 def plan_sweep(
@@ -228,5 +230,12 @@ def plan_zeroshot(
     else:
         spec = resolve_model_spec(model)
         geometry(spec)  # the model exists and is a causal LM
+    return zeroshot_run_config(spec, zs, source_run), src
+
+
+def zeroshot_run_config(
+    model: ModelSpec, zs: ZeroShotConfig, source_run: str | None = None
+) -> RunConfig:
+    """The config of zero-shot accuracy of ``model`` (resolved), or of a stored run's model."""
     extra = (("source_run", source_run), ("zeroshot", zeroshot_dict(zs)))
-    return RunConfig(ZEROSHOT, spec, EvalConfig(), extra=extra), src
+    return RunConfig(ZEROSHOT, model, EvalConfig(), extra=extra)
