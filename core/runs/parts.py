@@ -12,7 +12,7 @@ from core.names import EVAL, SLICE, SWEEP
 from core.progress import ProgressFn
 from core.runs.common import RunOptions
 from core.runs.execute import KINDS
-from core.runs.plan import plan_eval, plan_prune, plan_sweep
+from core.runs.plan import plan_eval, plan_prune, plan_sweep, require_kind
 from core.store import RunStore
 
 
@@ -39,7 +39,7 @@ def run_prune(
     and zero-shot accuracy when ``zeroshot`` is given), store it. The method decides the run
     kind: 'prune' for layer-wise methods, 'slice' for SliceGPT; ``kind``: the one the caller
     insists on (ConfigError for a method of another kind)."""
-    cfg = plan_prune(model, prune, calib, eval_cfg, zeroshot, kind=kind)
+    cfg = require_kind(plan_prune(model, prune, calib, eval_cfg, zeroshot), kind)
     return KINDS[cfg.kind](cfg, store, on_progress, opts or RunOptions())
 
 

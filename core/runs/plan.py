@@ -133,23 +133,25 @@ def plan_prune(
     calib: CalibConfig,
     eval_cfg: EvalConfig,
     zeroshot: ZeroShotConfig | None = None,
-    *,
-    kind: str | None = None,
 ) -> RunConfig:
     """The resolved config of a run applying ``prune.method``: kind 'prune' for layer-wise
-    methods, the method's own kind ('slice' for SliceGPT) otherwise; ``kind``: the one the
-    caller insists on. Zero-shot settings enter the config only when given, so runs without
-    keep their ids."""
+    methods, the method's own kind ('slice' for SliceGPT) otherwise. Zero-shot settings
+    enter the config only when given, so runs without keep their ids."""
     cfg = prune_run_config(resolve_model_spec(model), prune, calib, eval_cfg, zeroshot)
+    check_run(cfg)
+    return cfg
+
+
+def require_kind(cfg: RunConfig, kind: str | None) -> RunConfig:
+    """``cfg`` when its run kind is ``kind`` (or ``kind`` is None), else ConfigError."""
     if kind is not None and cfg.kind != kind:
         raise ConfigError(f"{cfg.prune.method} makes '{cfg.kind}' runs, not '{kind}' runs")
-    check_run(cfg)
     return cfg
 
 
 def plan_slice(*parts: Any, **kwargs: Any) -> RunConfig:
     """``plan_prune`` (the same arguments) for a method that slices (runs of kind 'slice')."""
-    return plan_prune(*parts, kind=SLICE, **kwargs)
+    return require_kind(plan_prune(*parts, **kwargs), SLICE)
 
 
 def prune_run_config(
