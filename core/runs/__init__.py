@@ -3,8 +3,8 @@
     eval (dense)  prune  slice  sweep  zeroshot  effdim (a report over stored runs)
 
 Every run is planned first (``plan``: a resolved, validated ``RunConfig`` whose hash is the
-run id), then executed by its kind (``execute``). Entry points: the ``run_*`` functions
-(parts in, result dict out) and ``execute(cfg, store, ...)`` for a resolved config.
+run id), then executed by its kind (``execute``). Entry points: the ``run_*`` functions of
+``parts`` (parts in, result dict out) and ``execute(cfg, store, ...)`` for a resolved config.
 """
 
 from core.runs.common import RunOptions

@@ -2,10 +2,11 @@
 
 - ``cached_result`` / ``stored_or_wait``: a finished run with the same id is reused;
 - ``tee``: the run's own progress log beside the caller's progress function;
-- ``run_changed_model`` / ``changed_model_kind``: the prune and slice kinds' common frame. Prologue: load a private
-  copy of the model, record the environment, compute (or reuse) the dense baseline and its
-  zero-shot accuracy, load evaluation and calibration windows. The kind's own step changes
-  the model and returns its metrics. Epilogue: pruned perplexity, effective dimension,
+- ``run_changed_model`` (bound to a kind's steps by ``changed_model_kind``): the prune and
+  slice kinds' common frame. Prologue: load a private copy of the model, record the
+  environment, compute (or reuse) the dense baseline and its zero-shot accuracy, load
+  evaluation and calibration windows. The kind's own step changes the model and returns
+  its metrics. Epilogue: pruned perplexity, effective dimension,
   zero-shot accuracy, the headline metrics every such run has, saving, commit.
 """
 
