@@ -105,10 +105,22 @@ def attention_probs(
     q = q.unflatten(-1, (n_heads, head_dim)).transpose(-3, -2)  # (..., H, L, dh)
     k = k.unflatten(-1, (n_kv_heads, head_dim)).transpose(-3, -2)  # (..., KV, L, dh)
     k = k.repeat_interleave(n_heads // n_kv_heads, dim=-3)  # (..., H, L, dh)
+    tables = rope_tables(rope, length, dtype, X.device) if rope is not None else None
+    return head_attention(q, k, causal, tables)
+
+
+def head_attention(
+    q: Tensor, k: Tensor, causal: bool = True, rope: tuple[Tensor, Tensor] | None = None
+) -> Tensor:
+    """softmax_c(R q (R k)ᵀ / √d_h) per head: the attention forward every caller shares.
+
+    q: (..., L, d_h) and k: (..., L, d_h), broadcastable over the leading dims (a shared key
+    head against r query heads). rope: (cos, sin) tables, each (L, d_h), or None.
+    Returns (..., L, L).
+    """
     if rope is not None:
-        cos, sin = rope_tables(rope, length, dtype, X.device)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(head_dim)  # (..., H, L, L)
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])  # (..., L, L)
     return masked_softmax(scores, causal)
 
 

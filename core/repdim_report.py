@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from core.errors import StoreError
 from core.names import T_EVAL_WINDOWS, T_ZEROSHOT_ITEMS
@@ -47,9 +48,9 @@ def window_nlls(store: RunStore, run_id: str) -> np.ndarray:
     return run.table(T_EVAL_WINDOWS).sort_values("window")["nll"].to_numpy(float)
 
 
-def item_scores(store: RunStore, run_id: str, task: str) -> np.ndarray:
-    """(items,) 1.0 where a stored zero-shot result picked the gold answer on ``task``."""
-    items = store.load(run_id).table(T_ZEROSHOT_ITEMS)
+def item_scores(items: pd.DataFrame, run_id: str, task: str) -> np.ndarray:
+    """(items,) 1.0 where run ``run_id``'s stored zero-shot items (its T_ZEROSHOT_ITEMS
+    table, ``items``) picked the gold answer on ``task``."""
     part = items[items["task"] == task].sort_values("item")
     if part.empty:
         raise StoreError(f"run {run_id} has no zero-shot items for task {task!r}")
@@ -94,10 +95,17 @@ def accuracy_report(
     seeds, and the verdict. ``sources[p]`` are the runs holding point p's zero-shot items
     (the slice runs themselves, or zero-shot runs made from them)."""
     pruned = [(p, src) for p, src in zip(points, sources, strict=True) if p.s > 0]
+    # Every run's items table is read once, whatever the number of tasks.
+    run_ids = {dense_zeroshot_run, *(r for _, src in pruned for r in src)}
+    items = {r: store.load(r).table(T_ZEROSHOT_ITEMS) for r in run_ids}
+
+    def scores(run_id: str, task: str) -> np.ndarray:
+        return item_scores(items[run_id], run_id, task)
+
     out = []
     for task in tasks:
-        dense = item_scores(store, dense_zeroshot_run, task)
-        correct = [np.stack([item_scores(store, r, task) for r in src]) for _, src in pruned]
+        dense = scores(dense_zeroshot_run, task)
+        correct = [np.stack([scores(r, task) for r in src]) for _, src in pruned]
         res = accuracy_intervals([p.s for p, _ in pruned], correct, dense)
         out.append(
             {

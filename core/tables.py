@@ -1,6 +1,7 @@
 """Joins and groupings of stored runs that pages show as tables: one row per run with its
 headline metrics and zero-shot accuracy (joined from separate zeroshot runs), and every run
-placed by its effective dimension beside its dense baseline."""
+placed by its effective dimension beside its dense baseline, and a run's zero-shot accuracy
+per task beside its dense model's."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ from typing import Any
 
 import pandas as pd
 
+from core.errors import StoreError
 from core.figures import is_dim_key
-from core.names import EVAL, PRUNED_KINDS, SUMMARY_COLUMNS, ZEROSHOT
-from core.store import RunRecord, RunStore
+from core.names import EVAL, PRUNED_KINDS, SUMMARY_COLUMNS, T_ZEROSHOT, ZEROSHOT
+from core.store import Run, RunRecord, RunStore
+
+DENSE_ACC = "dense acc"  # column of the dense model's accuracy beside a run's own
+ACCURACY_COLUMNS = ("label", "n", "acc", "acc_stderr", "acc_norm")
 
 
 def accuracy_columns(records: list[RunRecord]) -> tuple[list[str], dict[str, dict[str, float]]]:
@@ -106,5 +111,18 @@ def _num(v: Any) -> bool:
     return isinstance(v, int | float) and math.isfinite(v)
 
 
-def _num(v: Any) -> bool:
-    return isinstance(v, int | float) and math.isfinite(v)
+def accuracy_beside_dense(store: RunStore, run: Run) -> tuple[pd.DataFrame, list[str]]:
+    """A run's zero-shot accuracy per task (the ``ACCURACY_COLUMNS`` it has) with the dense
+    model's accuracy on the same task in ``DENSE_ACC`` (absent when the dense zero-shot run
+    is no longer stored), and the notes its evaluation left (e.g. items skipped)."""
+    pruned = run.table(T_ZEROSHOT)
+    table = pruned[[c for c in ACCURACY_COLUMNS if c in pruned]].copy()
+    dense_id = run.metrics.get("dense_zeroshot_run")
+    try:
+        dense = store.load(dense_id).table(T_ZEROSHOT) if dense_id else None
+    except StoreError:
+        dense = None
+    if dense is not None:
+        table[DENSE_ACC] = table["label"].map(dict(zip(dense["label"], dense["acc"], strict=True)))
+    notes = [n for n in pruned.get("note", []) if isinstance(n, str) and n]
+    return table, notes

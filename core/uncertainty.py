@@ -44,7 +44,8 @@ VERDICTS = ("supported", "contradicted", "inconclusive")
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with its percentile interval at ``level``."""
+    """A point estimate with its percentile interval at ``level``: lo and hi are NaN when
+    no bootstrap replicate was finite, and the verdicts then read "inconclusive"."""
 
     estimate: float
     lo: float
@@ -113,6 +114,37 @@ def resampled_means(
     return out
 
 
+@dataclass(frozen=True)
+class Bootstrap:
+    """How every interval here is resampled: ``n_boot`` replicates drawn by a generator
+    seeded with ``seed`` (fixed, so the same stored runs always print the same interval)."""
+
+    n_boot: int = N_BOOT
+    seed: int = BOOT_SEED
+
+    def means(self, points: Sequence[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+        """(per-point (seeds, units) arrays, (n_boot, P) resampled means): the units are
+        drawn once for every point (paired), the seeds independently per point."""
+        pts = _units(points)
+        rng = np.random.default_rng(self.seed)
+        weights = unit_weights(rng, pts[0].shape[1], self.n_boot)
+        return pts, resampled_means(pts, weights, rng)
+
+
+DEFAULT_BOOT = Bootstrap()
+
+
+def _against_dense(
+    s: Sequence[float], points: Sequence[np.ndarray], dense: np.ndarray, boot: Bootstrap
+) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """(x = 1 − s, the points then the dense model as (seeds, units) arrays, their (n_boot,
+    P + 1) resampled means) for a relation fitted against the dense model."""
+    if len(s) != len(points):
+        raise ConfigError(f"{len(s)} sparsities but {len(points)} points")
+    pts, means = boot.means([*points, dense])
+    return 1.0 - np.asarray(s, dtype=float), pts, means
+
+
 def line_fits(x: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
     """Weighted least squares y ≈ a·x + b along the last axis. x: (P,), y: (..., P) ->
     (..., 2) of (a, b); NaN where x has fewer than two distinct values."""
@@ -128,13 +160,9 @@ def line_fits(x: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> np.n
     return np.stack([a, ym - a * xm], axis=-1)
 
 
-def ppl_intervals(
-    points: Sequence[np.ndarray], n_boot: int = N_BOOT, seed: int = BOOT_SEED
-) -> list[Interval]:
+def ppl_intervals(points: Sequence[np.ndarray], boot: Bootstrap = DEFAULT_BOOT) -> list[Interval]:
     """95% interval of each point's perplexity exp(mean NLL) over windows and seeds."""
-    pts = _units(points)
-    rng = np.random.default_rng(seed)
-    means = resampled_means(pts, unit_weights(rng, pts[0].shape[1], n_boot), rng)
+    pts, means = boot.means(points)
     return [
         percentile_interval(np.exp(means[:, p]), math.exp(float(arr.mean())))
         for p, arr in enumerate(pts)
@@ -142,11 +170,7 @@ def ppl_intervals(
 
 
 def relation_intervals(
-    s: Sequence[float],
-    nll: Sequence[np.ndarray],
-    dense: np.ndarray,
-    n_boot: int = N_BOOT,
-    seed: int = BOOT_SEED,
+    s: Sequence[float], nll: Sequence[np.ndarray], dense: np.ndarray, boot: Bootstrap = DEFAULT_BOOT
 ) -> dict[str, object]:
     """(A1) with intervals: ratio_p = ln PPL₀ / ln PPL_p fitted as a·(1 − s_p) + b.
 
@@ -154,12 +178,7 @@ def relation_intervals(
     NLLs; dense: (windows,) the dense model's on the same windows. Returns the estimates and
     intervals of a and b, and per point the ratio and perplexity with their intervals.
     """
-    if len(s) != len(nll):
-        raise ConfigError(f"{len(s)} sparsities but {len(nll)} points")
-    pts = _units([*nll, dense])
-    x = 1.0 - np.asarray(s, dtype=float)
-    rng = np.random.default_rng(seed)
-    means = resampled_means(pts, unit_weights(rng, pts[0].shape[1], n_boot), rng)
+    x, pts, means = _against_dense(s, nll, dense, boot)
     ratios = means[:, -1:] / means[:, :-1]  # (n_boot, P)
     est_means = np.array([a.mean() for a in pts])
     est_ratio = est_means[-1] / est_means[:-1]
@@ -208,8 +227,7 @@ def accuracy_intervals(
     s: Sequence[float],
     correct: Sequence[np.ndarray],
     dense: np.ndarray,
-    n_boot: int = N_BOOT,
-    seed: int = BOOT_SEED,
+    boot: Bootstrap = DEFAULT_BOOT,
 ) -> dict[str, object]:
     """(A2) with intervals: ln(acc_p/acc₀) = κ·(1 − s_p) + c by weighted least squares.
 
@@ -218,11 +236,8 @@ def accuracy_intervals(
     + var₀/(n·acc₀²). Replicates resample items (paired) and seeds; points at accuracy 0 in
     a replicate make it NaN (dropped). Returns κ and c with intervals, and the rows.
     """
-    if len(s) != len(correct):
-        raise ConfigError(f"{len(s)} sparsities but {len(correct)} points")
-    pts = _units([*correct, dense])
+    x, pts, means = _against_dense(s, correct, dense, boot)
     n = pts[0].shape[1]
-    x = 1.0 - np.asarray(s, dtype=float)
     acc = np.array([a.mean() for a in pts])
     var = np.array([a.var() for a in pts])
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -230,8 +245,6 @@ def accuracy_intervals(
         w = np.where(se2 > 0, 1.0 / se2, 1.0)
         y = np.log(acc[:-1] / acc[-1])
     kappa_hat, c_hat = line_fits(x, y, w) if np.isfinite(y).all() else (math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    means = resampled_means(pts, unit_weights(rng, n, n_boot), rng)
     with np.errstate(divide="ignore", invalid="ignore"):
         ys = np.log(means[:, :-1] / means[:, -1:])
     fits = line_fits(x, np.where(np.isfinite(ys), ys, np.nan), w)

@@ -16,6 +16,7 @@ from core.fields import PRESETS, app_preset, defaults
 from core.methods import available_methods
 from core.models import available_models
 from core.store import Run
+from core.tables import DENSE_ACC, accuracy_beside_dense
 from core.zeroshot import TASK_NAMES
 from pages.common import (
     cli_hint,
@@ -273,23 +274,11 @@ def downloads(run: Run, table: pd.DataFrame, name: str) -> None:
 
 def show_accuracy(run: Run) -> None:
     """Zero-shot accuracy per task, pruned beside dense."""
-    pruned = run.table("zeroshot")
-    dense_id = run.metrics.get("dense_zeroshot_run")
-    try:
-        dense = store.load(dense_id).table("zeroshot") if dense_id else None
-    except StoreError:
-        dense = None
-    cols = [c for c in ("label", "n", "acc", "acc_stderr", "acc_norm") if c in pruned]
-    table = pruned[cols].copy()
-    if dense is not None:
-        table["dense acc"] = table["label"].map(
-            dict(zip(dense["label"], dense["acc"], strict=True))
-        )
+    table, notes = accuracy_beside_dense(store, run)
     st.markdown(
         f"**Zero-shot accuracy** (mean {run.metrics.get('mean_acc', float('nan')):.3f}, dense "
         f"{run.metrics.get('dense_mean_acc', float('nan')):.3f})"
     )
-    notes = [n for n in pruned.get("note", []) if isinstance(n, str) and n]
     for note in notes:
         st.caption(note)
     st.dataframe(
@@ -298,7 +287,7 @@ def show_accuracy(run: Run) -> None:
         key="zeroshot_table",
         column_config={
             c: st.column_config.NumberColumn(c, format="%.3f")
-            for c in ("acc", "acc_stderr", "acc_norm", "dense acc")
+            for c in ("acc", "acc_stderr", "acc_norm", DENSE_ACC)
         },
     )
 

@@ -560,59 +560,7 @@ def test_runs_page_has_accuracy_columns_joined_from_zeroshot_runs(store) -> None
     assert (table[table["id"] == zs.run_id]["dataset"] == "tasks: piqa").all()
 
 
-def test_prune_page_shows_accuracy_beside_dense(store) -> None:
-    dense = RunConfig(
-        "zeroshot", TINY, extra=(("source_run", None), ("zeroshot", {"tasks": ["piqa"]}))
-    )
-    with store.begin(dense) as w:
-        w.write_table(
-            "zeroshot",
-            [
-                {
-                    "task": "piqa",
-                    "label": "PIQA",
-                    "n": 50,
-                    "acc": 0.7,
-                    "acc_stderr": 0.06,
-                    "acc_norm": 0.7,
-                    "note": "",
-                }
-            ],
-        )
-        w.commit({"mean_acc": 0.7, "acc_piqa": 0.7})
-    cfg = RunConfig(
-        "prune",
-        TINY,
-        EvalConfig(DataSpec("pydoc"), 64, 4),
-        CalibConfig(DataSpec("pydoc", "train"), 4, 64),
-        PruneConfig("wanda", 0.5),
-    )
-    with store.begin(cfg) as w:
-        w.write_table(
-            "zeroshot",
-            [
-                {
-                    "task": "piqa",
-                    "label": "PIQA",
-                    "n": 50,
-                    "acc": 0.6,
-                    "acc_stderr": 0.07,
-                    "acc_norm": 0.62,
-                    "note": "",
-                }
-            ],
-        )
-        w.commit(
-            {
-                "dense_ppl": 250.0,
-                "ppl": 260.0,
-                "achieved_sparsity": 0.5,
-                "mean_acc": 0.6,
-                "acc_piqa": 0.6,
-                "dense_mean_acc": 0.7,
-                "dense_zeroshot_run": dense.run_id,
-            }
-        )
+def test_prune_page_shows_accuracy_beside_dense(accuracy_runs) -> None:
     at = open_page("prune")
     assert not at.error, texts(at.error)
     assert "Zero-shot accuracy" in texts(at.markdown)

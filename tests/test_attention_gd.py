@@ -16,10 +16,9 @@ from core.methods import get_method
 from core.methods.attention_gd import (
     AttentionGD,
     AttentionGDOptions,
+    GroupProblem,
     binarize,
     gd_prune_group,
-    group_loss_and_grad,
-    group_loss_autograd,
     initial_mask,
     lipschitz_upper_bound,
     to_heads,
@@ -104,8 +103,9 @@ def test_closed_form_gradient_matches_autograd(causal, use_rope):
     Wk2 = torch.stack([Wk, Wk.flip(0)])  # two key heads
     rope = rope_for(L) if use_rope else None
     for g in range(2):
-        args = (X, Wq[2 * g : 2 * g + 2], Wk2[g], Mq[2 * g : 2 * g + 2], Mk, 0.3, causal, rope)
-        ours, ref = group_loss_and_grad(*args), group_loss_autograd(*args)
+        problem = GroupProblem(X, Wq[2 * g : 2 * g + 2], Wk2[g], causal, rope)
+        args = (Mq[2 * g : 2 * g + 2], Mk, 0.3)
+        ours, ref = problem.loss_and_grad(*args), problem.reference_loss_and_grad(*args)
         assert ours.loss.item() == pytest.approx(ref.loss.item(), rel=1e-10)
         torch.testing.assert_close(ours.data, ref.data, rtol=1e-10, atol=1e-14)
         assert rel(ours.grad_q, ref.grad_q) <= 1e-6
@@ -115,8 +115,8 @@ def test_closed_form_gradient_matches_autograd(causal, use_rope):
 def test_sequences_of_different_lengths():
     X, Wq, Wk, Mq, Mk = group_problem(seed=4)
     seqs = [X[0], X[1, :5]]
-    ours = group_loss_and_grad(seqs, Wq, Wk, Mq, Mk, 0.1, True, rope_for(L))
-    ref = group_loss_autograd(seqs, Wq, Wk, Mq, Mk, 0.1, True, rope_for(L))
+    problem = GroupProblem(seqs, Wq, Wk, True, rope_for(L))
+    ours, ref = problem.loss_and_grad(Mq, Mk, 0.1), problem.reference_loss_and_grad(Mq, Mk, 0.1)
     assert rel(ours.grad_q, ref.grad_q) <= 1e-6 and rel(ours.grad_k, ref.grad_k) <= 1e-6
 
 
@@ -124,7 +124,7 @@ def test_data_term_and_its_gradient_vanish_at_ones():
     X, Wq, Wk, Mq, Mk = group_problem(seed=5)
     ones_q, ones_k = torch.ones_like(Mq), torch.ones_like(Mk)
     lam = 0.25
-    ev = group_loss_and_grad(X, Wq, Wk, ones_q, ones_k, lam, True, rope_for(L))
+    ev = GroupProblem(X, Wq, Wk, True, rope_for(L)).loss_and_grad(ones_q, ones_k, lam)
     assert (ev.data == 0).all()
     torch.testing.assert_close(ev.grad_q, lam * ones_q, rtol=0, atol=0)
     torch.testing.assert_close(ev.grad_k, lam * ones_k, rtol=0, atol=0)

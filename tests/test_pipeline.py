@@ -8,7 +8,7 @@ import pytest
 from core.cli import main
 from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 from core.errors import ConfigError
-from core.runs import run_prune
+from core.runs import RunOptions, run_prune
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)
@@ -67,9 +67,8 @@ def test_export_reloads_with_same_perplexity(store, tmp_path):
     from core.models import byte_tokenizer
     from core.perplexity import evaluate_perplexity
 
-    res = run_prune(
-        MODEL, PruneConfig("wanda", 0.5), CALIB, EVAL, store, save_dir=str(tmp_path / "m")
-    )
+    opts = RunOptions(save_dir=str(tmp_path / "m"))
+    res = run_prune(MODEL, PruneConfig("wanda", 0.5), CALIB, EVAL, store, opts=opts)
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "m")
     assert any(p.suffix == ".safetensors" for p in (tmp_path / "m").iterdir())
     windows = eval_windows(byte_tokenizer(), load_corpus(EVAL.data), 64, 4)
@@ -100,34 +99,9 @@ def test_nm_width_must_divide(store):
     assert store.list() == []  # checked at the edge: no model loaded, nothing stored
 
 
-def test_cli_prune_json(capsys, store_root):
-    code = main(
-        [
-            "prune",
-            "--model",
-            "tiny-llama",
-            "--method",
-            "wanda",
-            "--sparsity",
-            "0.5",
-            "--pattern",
-            "2:4",
-            "--calib",
-            "pydoc",
-            "--nsamples",
-            "4",
-            "--seqlen",
-            "64",
-            "--eval",
-            "pydoc",
-            "--max-windows",
-            "4",
-            "--store",
-            str(store_root),
-            "--json",
-            "--quiet",
-        ]
-    )
+def test_cli_prune_json(capsys, tiny_flags):
+    flags = ["--method", "wanda", "--sparsity", "0.5", "--pattern", "2:4", "--json"]
+    code = main(["prune", *tiny_flags, *flags])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert {"run_id", "config", "metrics"} <= set(out)

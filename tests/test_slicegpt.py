@@ -15,17 +15,16 @@ from core.errors import ConfigError, ModelLoadError
 from core.methods import get_method
 from core.methods.base import ApplyPlan
 from core.methods.slicegpt import (
-    SlicedDecoderLayer,
     SliceGPT,
     SliceOptions,
-    center_embeddings,
     load_sliced,
-    pca_basis,
     save_sliced,
     slice_model,
     sliced_width,
-    untie_head,
 )
+from core.methods.slicegpt.folding import center_embeddings, untie_head
+from core.methods.slicegpt.modules import SlicedDecoderLayer
+from core.methods.slicegpt.rotation import pca_basis
 from core.models import build_tiny_model
 
 TEXT = (

@@ -73,24 +73,8 @@ def test_slicegpt_rejects_nm(store):
         run_prune(MODEL, PruneConfig("slicegpt", 0.5, "2:4"), CALIB, EVAL, store)
 
 
-def test_cli_slice_sweep_effdim(capsys, store_root):
-    common = [
-        "--model",
-        "tiny-llama",
-        "--calib",
-        "pydoc",
-        "--nsamples",
-        "4",
-        "--seqlen",
-        "64",
-        "--eval",
-        "pydoc",
-        "--max-windows",
-        "4",
-        "--store",
-        str(store_root),
-        "--quiet",
-    ]
+def test_cli_slice_sweep_effdim(capsys, store_root, tiny_flags):
+    common = tiny_flags
     assert main(["slice", "--sparsity", "0.25", *common, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["metrics"]["d_sliced"] == 48
     assert main(["sweep", "--sparsities", "0,0.5", *common]) == 0

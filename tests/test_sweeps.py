@@ -23,25 +23,6 @@ from core.sweeps import run_sweep_grid, sweep_table, table_records
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)
 CALIB = CalibConfig(DataSpec("pydoc", "train"), nsamples=4, seqlen=64, seed=0)
-TINY_FLAGS = [
-    "--model",
-    "tiny-llama",
-    "--device",
-    "cpu",
-    "--dtype",
-    "float32",
-    "--calib",
-    "pydoc",
-    "--nsamples",
-    "4",
-    "--seqlen",
-    "64",
-    "--eval",
-    "pydoc",
-    "--max-windows",
-    "4",
-    "--quiet",
-]
 
 
 def spec(**kw) -> SweepSpec:
@@ -214,15 +195,15 @@ def _n_runs(root) -> int:
         (["--method", "wanda,sparsegpt", "--patterns", "2:4,3:7"], "grid point .*3:7"),
     ],
 )
-def test_bad_sweep_input_fails_before_work(store_root, capsys, flags, message):
-    assert main(["sweep", *TINY_FLAGS, *flags]) == 2
+def test_bad_sweep_input_fails_before_work(store_root, capsys, tiny_flags, flags, message):
+    assert main(["sweep", *tiny_flags, *flags]) == 2
     assert pytest.importorskip("re").search(message, capsys.readouterr().err)
     assert _n_runs(store_root) == 0
 
 
 # ---- in-process sweep through the CLI ------------------------------------------------------------
-def test_cli_sweep_of_two_methods_and_resume(store_root, capsys):
-    flags = ["sweep", *TINY_FLAGS, "--method", "magnitude,wanda", "--sparsities", "0.25,0.5"]
+def test_cli_sweep_of_two_methods_and_resume(store_root, capsys, tiny_flags):
+    flags = ["sweep", *tiny_flags, "--method", "magnitude,wanda", "--sparsities", "0.25,0.5"]
     assert main([*flags, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["computed"] == 5 and out["cached"] == 0 and len(out["table"]) == 5
@@ -270,6 +251,6 @@ def test_pool_of_two_matches_in_process_and_survives_a_killed_worker(store, tmp_
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
-def test_local_sweep_checks_the_device_here(store_root, capsys):
-    assert main(["sweep", *TINY_FLAGS, "--method", "wanda", "--device", "cuda"]) == 2
+def test_local_sweep_checks_the_device_here(store_root, capsys, tiny_flags):
+    assert main(["sweep", *tiny_flags, "--method", "wanda", "--device", "cuda"]) == 2
     assert "CUDA is not available" in capsys.readouterr().err and _n_runs(store_root) == 0

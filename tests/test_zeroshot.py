@@ -285,12 +285,11 @@ def test_prune_run_stores_accuracy_and_rebuild_reproduces_it(store, task_dir):
 
 
 def test_saved_model_is_used(store, task_dir, tmp_path):
-    from core.runs import run_prune, run_zeroshot
+    from core.runs import RunOptions, run_prune, run_zeroshot
 
     cfg = ZeroShotConfig(("piqa",), None, task_dir)
-    res = run_prune(
-        MODEL, PruneConfig("magnitude", 0.5), CALIB, EVAL, store, save_dir=str(tmp_path / "saved")
-    )
+    opts = RunOptions(save_dir=str(tmp_path / "saved"))
+    res = run_prune(MODEL, PruneConfig("magnitude", 0.5), CALIB, EVAL, store, opts=opts)
     out = run_zeroshot(None, cfg, store, res["run_id"])
     assert out["metrics"]["model_from"] == "saved"
 

@@ -1,8 +1,9 @@
 """Driver for methods that prune each linear of a layer on its own (magnitude, Wanda, SparseGPT).
 
 A subclass only implements ``prune_weight`` (or, for the score-and-mask methods without a
-weight update, ``ScoreMethod.scores``): a float32 (out, in) matrix plus its input
-statistics in, the pruned matrix and its prune mask out. ``LinearwiseMethod.prune_layer``
+weight update, ``ScoreMethod.scores``): a ``WeightJob`` (a float32 (out, in) matrix, its
+input statistics and the target) in, a ``PrunedWeight`` (the pruned matrix and its prune
+mask) out. ``LinearwiseMethod.prune_layer``
 does the rest for every linear the runner hands over: casting, writing the result back in
 place in the weight's own dtype, and measuring what was achieved.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -49,24 +50,37 @@ def relative_reconstruction_error(
     return math.sqrt(num / den)
 
 
+@dataclass(frozen=True)
+class WeightJob:
+    """One weight matrix to prune.
+
+    W: (out, in) float32 copy of the weight; methods must not modify it in place (it is the
+    reference the reconstruction error is measured against). stats: the linear's calibration
+    statistics (None when the method asked for none). sparsity: the target in (0, 1).
+    nm: (N, M), or None for unstructured pruning at ``sparsity``.
+    """
+
+    W: torch.Tensor
+    stats: LinearStats | None
+    sparsity: float
+    nm: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class PrunedWeight:
+    """W: the pruned (out, in) float32 matrix; mask: (out, in) bool, True where pruned;
+    extra: the method's own report fields for this linear."""
+
+    W: torch.Tensor
+    mask: torch.Tensor
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
 class LinearwiseMethod(Method):
     """Base of methods whose layer step is: prune every linear independently."""
 
-    def prune_weight(
-        self,
-        W: torch.Tensor,
-        stats: LinearStats | None,
-        sparsity: float,
-        nm: tuple[int, int] | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-        """Prune one weight matrix.
-
-        W: (out, in) float32 copy of the weight; do not modify it in place (it is the
-        reference the reconstruction error is measured against). ``stats``: the linear's
-        calibration statistics (None when the method asked for none). ``nm``: (N, M), or None
-        for unstructured pruning at ``sparsity`` (in (0, 1)).
-        Returns (W_new (out, in) float32, prune_mask (out, in) bool, extra report fields).
-        """
+    def prune_weight(self, job: WeightJob) -> PrunedWeight:
+        """Prune one weight matrix (see ``WeightJob`` for what the method may assume)."""
         raise NotImplementedError
 
     @torch.no_grad()
@@ -95,9 +109,9 @@ class LinearwiseMethod(Method):
         if sparsity > 0.0:
             if nm is not None:
                 sparsity = nm[0] / nm[1]
-            W_new, mask, extra = self.prune_weight(W, stats, sparsity, nm)
-            weight.copy_(W_new.to(weight.dtype))
-            extra = {"pruned": int(mask.sum().item()), **extra}
+            out = self.prune_weight(WeightJob(W, stats, sparsity, nm))
+            weight.copy_(out.W.to(weight.dtype))
+            extra = {"pruned": int(out.mask.sum().item()), **out.extra}
         # .item() synchronises the device, so the timing covers the asynchronous kernels.
         zeros = int((weight == 0).sum().item())
         seconds = time.perf_counter() - start
@@ -132,20 +146,16 @@ class ScopedOptions:
 
 
 class ScoreMethod(LinearwiseMethod):
-    """Methods that score every weight and zero the lowest, keeping the rest unchanged."""
+    """Methods that score every weight and zero the lowest, keeping the rest unchanged: one
+    selection rule (``core.masks.score_mask``) over each method's own scores."""
 
     options: ScopedOptions
+    needs_gram = False  # column norms + a token sample suffice (no O(in²) Gram products)
 
     def scores(self, W: torch.Tensor, stats: LinearStats | None) -> torch.Tensor:
         """Importance of every weight, (out, in) like W: the lowest are pruned."""
         raise NotImplementedError
 
-    def prune_weight(
-        self,
-        W: torch.Tensor,
-        stats: LinearStats | None,
-        sparsity: float,
-        nm: tuple[int, int] | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-        mask = score_mask(self.scores(W, stats), sparsity, self.options.scope, nm)
-        return W.masked_fill(mask, 0.0), mask, {}
+    def prune_weight(self, job: WeightJob) -> PrunedWeight:
+        mask = score_mask(self.scores(job.W, job.stats), job.sparsity, self.options.scope, job.nm)
+        return PrunedWeight(job.W.masked_fill(mask, 0.0), mask)

@@ -43,7 +43,6 @@ class Magnitude(ScoreMethod):
 
     name = "magnitude"
     options_cls = MagnitudeOptions
-    needs_gram = False  # column norms + a token sample suffice (no O(in²) Gram products)
 
     def scores(self, W: torch.Tensor, stats: LinearStats | None) -> torch.Tensor:
         return W.abs()

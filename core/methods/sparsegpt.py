@@ -41,8 +41,7 @@ import torch
 from core.errors import ConfigError, NumericalError
 from core.masks import check_nm, check_sparsity, lowest_k_mask, nm_prune_mask, prune_count
 from core.methods import register
-from core.methods.base import LinearStats
-from core.methods.linear import LinearwiseMethod
+from core.methods.linear import LinearwiseMethod, PrunedWeight, WeightJob
 
 log = logging.getLogger(__name__)
 
@@ -222,17 +221,13 @@ class SparseGPT(LinearwiseMethod):
     options_cls = SparseGPTOptions
     options: SparseGPTOptions
 
-    def prune_weight(
-        self,
-        W: torch.Tensor,
-        stats: LinearStats | None,
-        sparsity: float,
-        nm: tuple[int, int] | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    def prune_weight(self, job: WeightJob) -> PrunedWeight:
+        stats = job.stats
         if stats is None or stats.n_tokens == 0:
             raise ConfigError("sparsegpt needs calibration statistics from at least one token")
         H = stats.gram * (2.0 / stats.n_tokens)  # (in, in), a new tensor: the gram is shared
-        return sparsegpt_prune(
-            W, H, sparsity, nm, self.options.blocksize, self.options.percdamp,
-            self.options.selection,
-        )  # fmt: skip
+        opts = self.options
+        W, mask, info = sparsegpt_prune(
+            job.W, H, job.sparsity, job.nm, opts.blocksize, opts.percdamp, opts.selection
+        )
+        return PrunedWeight(W, mask, info)

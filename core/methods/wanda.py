@@ -7,8 +7,6 @@ kept weights are not updated (papers.md §4).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from core.errors import ConfigError
@@ -42,11 +40,9 @@ def wanda_mask(
     return score_mask(wanda_scores(W, col_sq_norms), sparsity, scope, nm)
 
 
-@dataclass(frozen=True)
-class WandaOptions(ScopedOptions):
-    """scope: comparison group, "row" (paper default) or "matrix" (the paper's ablation)."""
-
-    scope: str = "row"
+# Wanda's options are the scoped ones as they stand: "row", the paper's comparison group, by
+# default; "matrix" is the paper's ablation.
+WandaOptions = ScopedOptions
 
 
 @register
@@ -55,7 +51,6 @@ class Wanda(ScoreMethod):
 
     name = "wanda"
     options_cls = WandaOptions
-    needs_gram = False  # column norms + a token sample suffice (no O(in²) Gram products)
 
     def scores(self, W: torch.Tensor, stats: LinearStats | None) -> torch.Tensor:
         if stats is None:

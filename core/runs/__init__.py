@@ -3,14 +3,14 @@
     eval (dense)  prune  slice  sweep  zeroshot  effdim (a report over stored runs)
 
 Every run is planned first (``plan``: a resolved, validated ``RunConfig`` whose hash is the
-run id), then executed by its kind (``execute``). Entry points: the ``run_*`` functions
-(parts in, result dict out) and ``execute(cfg, store, ...)`` for a resolved config.
+run id), then executed by its kind (``execute``). Entry points: the ``run_*`` functions of
+``parts`` (parts in, result dict out) and ``execute(cfg, store, ...)`` for a resolved config.
 """
 
 from core.runs.common import RunOptions
-from core.runs.dense import run_eval
 from core.runs.effdim import effdim_report
-from core.runs.execute import KINDS, execute, run_prune, run_slice, run_sweep
+from core.runs.execute import KINDS, execute
+from core.runs.parts import run_eval, run_prune, run_slice, run_sweep
 from core.runs.plan import (
     check_run,
     plan_eval,

@@ -2,10 +2,11 @@
 
 - ``cached_result`` / ``stored_or_wait``: a finished run with the same id is reused;
 - ``tee``: the run's own progress log beside the caller's progress function;
-- ``run_changed_model``: the prune and slice kinds' common frame. Prologue: load a private
-  copy of the model, record the environment, compute (or reuse) the dense baseline and its
-  zero-shot accuracy, load evaluation and calibration windows. The kind's own step changes
-  the model and returns its metrics. Epilogue: pruned perplexity, effective dimension,
+- ``run_changed_model`` (bound to a kind's steps by ``changed_model_kind``): the prune and
+  slice kinds' common frame. Prologue: load a private copy of the model, record the
+  environment, compute (or reuse) the dense baseline and its zero-shot accuracy, load
+  evaluation and calibration windows. The kind's own step changes the model and returns
+  its metrics. Epilogue: pruned perplexity, effective dimension,
   zero-shot accuracy, the headline metrics every such run has, saving, commit.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -24,8 +26,9 @@ from core.models import LoadedModel
 from core.names import EFFDIM_PREFIX, T_EFFDIM, T_EVAL_WINDOWS
 from core.perplexity import evaluate_perplexity
 from core.progress import ProgressFn, report
-from core.runs.dense import run_eval
+from core.runs.dense import execute_eval
 from core.runs.measure import forward_latency_ms, nonzero_params, residual_effdim
+from core.runs.plan import plan_eval
 from core.runs.resources import effdim_windows, get_calib_windows, get_eval_windows, get_model
 from core.runs.store_access import cached_result, result, tee
 from core.runs.zeroshot import dense_zeroshot, pruned_zeroshot
@@ -42,11 +45,16 @@ class RunOptions:
     activations_on_cpu: bool = False
 
 
+# What every run kind's executor is: (resolved config, store, progress, options) -> result.
+Executor = Callable[[RunConfig, RunStore, ProgressFn | None, RunOptions], dict[str, Any]]
+
+
 @dataclass
 class Prologue:
     """What the prologue of a prune or slice run prepared for the kind's own step."""
 
     cfg: RunConfig
+    opts: RunOptions
     writer: RunWriter
     progress: ProgressFn
     device: torch.device
@@ -61,7 +69,9 @@ class Prologue:
     latency_ms_dense: float  # forward time of one evaluation window before the change
 
 
-def prologue(cfg: RunConfig, store: RunStore, writer: RunWriter, progress: ProgressFn) -> Prologue:
+def prologue(
+    cfg: RunConfig, opts: RunOptions, store: RunStore, writer: RunWriter, progress: ProgressFn
+) -> Prologue:
     """Load a private copy of the model and everything measured before it is changed."""
     report(progress, "load", 0, 1, f"loading {cfg.model.name}")
     lm = get_model(cfg.model, fresh=True)
@@ -69,7 +79,7 @@ def prologue(cfg: RunConfig, store: RunStore, writer: RunWriter, progress: Progr
     release_freed()
     loaded_rss = proc_status_mb("VmRSS")  # interpreter + libraries + tokenizer + the weights
     writer.write_env(environment_record(cfg.model.device))
-    dense = run_eval(cfg.model, cfg.eval, store, progress, lm=lm)
+    dense = execute_eval(plan_eval(cfg.model, cfg.eval), store, progress, lm=lm)
     dense_zs = dense_zeroshot(cfg, store, lm, progress)
     windows, data_info = get_eval_windows(lm, cfg.eval)
     calib_ids, calib_info = get_calib_windows(lm, cfg.calib)
@@ -77,6 +87,7 @@ def prologue(cfg: RunConfig, store: RunStore, writer: RunWriter, progress: Progr
     latency_dense = forward_latency_ms(lm.model, cfg.eval.seqlen, device)
     return Prologue(
         cfg,
+        opts,
         writer,
         progress,
         device,
@@ -142,8 +153,16 @@ def run_changed_model(
     if cached is not None:
         return cached
     with store.begin(cfg, opts.force) as writer:
-        p = prologue(cfg, store, writer, tee(writer.progress, on_progress))
+        p = prologue(cfg, opts, store, writer, tee(writer.progress, on_progress))
         own = change(p)
         metrics = epilogue(p, own, lambda folder: save(p.lm, folder), opts.save_dir)
         writer.commit(metrics)
     return result(cfg, metrics)
+
+
+def changed_model_kind(
+    change: Callable[[Prologue], dict[str, Any]], save: Callable[[LoadedModel, str], str]
+) -> Executor:
+    """The executor of a kind that changes a private copy of the model with ``change`` and
+    saves it with ``save``: ``run_changed_model`` with the kind's two steps bound."""
+    return partial(run_changed_model, change=change, save=save)

@@ -6,14 +6,13 @@ from typing import Any
 
 import torch
 
-from core.config import EvalConfig, ModelSpec, RunConfig
+from core.config import RunConfig
 from core.environment import environment_record
 from core.models import LoadedModel
 from core.names import EFFDIM_PREFIX, T_EFFDIM, T_EVAL_WINDOWS
 from core.perplexity import evaluate_perplexity
 from core.progress import ProgressFn, report
 from core.runs.measure import residual_effdim
-from core.runs.plan import plan_eval
 from core.runs.resources import effdim_windows, get_eval_windows, get_model
 from core.runs.store_access import result, stored_or_wait, tee
 from core.store import RunStore
@@ -51,15 +50,3 @@ def execute_eval(
         }
         writer.commit(metrics)
     return result(cfg, metrics)
-
-
-def run_eval(
-    model: ModelSpec,
-    eval_cfg: EvalConfig,
-    store: RunStore,
-    on_progress: ProgressFn | None = None,
-    force: bool = False,
-    lm: LoadedModel | None = None,
-) -> dict[str, Any]:
-    """Dense perplexity of a model; reuses a finished run with the same config unless forced."""
-    return execute_eval(plan_eval(model, eval_cfg), store, on_progress, force, lm)

@@ -1,5 +1,4 @@
-"""One dispatcher from a resolved ``RunConfig`` to its run kind, and the parts-based API
-(``run_prune``, ``run_slice``, ``run_sweep``) that plans a config and executes it.
+"""One dispatcher from a resolved ``RunConfig`` to its run kind's executor (``KINDS``).
 
 Background jobs write the resolved config as JSON and run ``python -m core run --config
 FILE``, which lands here: the same code path as every CLI command and the Python API.
@@ -7,31 +6,20 @@ FILE``, which lands here: the same code path as every CLI command and the Python
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from core.config import (
-    CalibConfig,
-    EvalConfig,
-    ModelSpec,
-    PruneConfig,
-    RunConfig,
-    ZeroShotConfig,
-    zeroshot_from,
-)
+from core.config import RunConfig, zeroshot_from
 from core.errors import ConfigError
 from core.names import EVAL, PRUNE, SLICE, SWEEP, ZEROSHOT
 from core.progress import ProgressFn
-from core.runs.common import RunOptions
+from core.runs.common import Executor, RunOptions
 from core.runs.dense import execute_eval
-from core.runs.plan import check_run, plan_prune, plan_slice, plan_sweep, plan_zeroshot
+from core.runs.plan import check_run, plan_zeroshot
 from core.runs.prune import execute_prune
 from core.runs.slice import execute_slice
 from core.runs.sweep import execute_sweep
 from core.runs.zeroshot import execute_zeroshot
 from core.store import RunStore
-
-Executor = Callable[[RunConfig, RunStore, ProgressFn | None, RunOptions], dict[str, Any]]
 
 
 def _eval(cfg: RunConfig, store: RunStore, progress, opts: RunOptions) -> dict[str, Any]:
@@ -70,59 +58,3 @@ def execute(
     if cfg.kind != ZEROSHOT:  # a zeroshot config is checked against its source run
         check_run(cfg)
     return KINDS[cfg.kind](cfg, store, on_progress, opts or RunOptions())
-
-
-def run_prune(
-    model: ModelSpec,
-    prune: PruneConfig,
-    calib: CalibConfig,
-    eval_cfg: EvalConfig,
-    store: RunStore,
-    on_progress: ProgressFn | None = None,
-    force: bool = False,
-    save_dir: str | None = None,
-    activations_on_cpu: bool = False,
-    zeroshot: ZeroShotConfig | None = None,
-) -> dict[str, Any]:
-    """Prune a model with a registered method, evaluate it against the dense model (perplexity,
-    and zero-shot accuracy when ``zeroshot`` is given), store it. The method decides the run
-    kind: 'prune' for layer-wise methods, 'slice' for SliceGPT."""
-    cfg = plan_prune(model, prune, calib, eval_cfg, zeroshot)
-    opts = RunOptions(force, save_dir, activations_on_cpu)
-    return KINDS[cfg.kind](cfg, store, on_progress, opts)
-
-
-def run_slice(
-    model: ModelSpec,
-    prune: PruneConfig,
-    calib: CalibConfig,
-    eval_cfg: EvalConfig,
-    store: RunStore,
-    on_progress: ProgressFn | None = None,
-    force: bool = False,
-    save_dir: str | None = None,
-    zeroshot: ZeroShotConfig | None = None,
-) -> dict[str, Any]:
-    """Slice with SliceGPT, evaluate against the dense model (perplexity, and zero-shot
-    accuracy when asked), store as a 'slice' run."""
-    cfg = plan_slice(model, prune, calib, eval_cfg, zeroshot)
-    return execute_slice(cfg, store, on_progress, RunOptions(force, save_dir))
-
-
-def run_sweep(
-    model: ModelSpec,
-    sparsities: tuple[float, ...],
-    calib: CalibConfig,
-    eval_cfg: EvalConfig,
-    store: RunStore,
-    options: tuple = (),
-    on_progress: ProgressFn | None = None,
-    force: bool = False,
-    zeroshot: ZeroShotConfig | None = None,
-    seeds: tuple[int, ...] = (),
-) -> dict[str, Any]:
-    """SliceGPT at every s of the grid and calibration seed (each a stored 'slice' run) and
-    Paper A's relations with intervals: (A1) for perplexity always, (A2) for accuracy per
-    task and averaged when ``zeroshot``."""
-    cfg = plan_sweep(model, sparsities, calib, eval_cfg, options, zeroshot, seeds)
-    return execute_sweep(cfg, store, on_progress, force)

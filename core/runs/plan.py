@@ -26,7 +26,7 @@ from core.config import (
     options_tuple,
     zeroshot_dict,
 )
-from core.errors import ConfigError, StoreError
+from core.errors import ConfigError, ModelLoadError, StoreError
 from core.geometry import Geometry, model_geometry
 from core.masks import parse_pattern
 from core.methods import get_method, make_method
@@ -44,6 +44,15 @@ def _geometry(name: str, trust_remote_code: bool, revision: str | None) -> Geome
 def geometry(spec: ModelSpec) -> Geometry:
     """The model's geometry from its config (cached per process: sweeps ask once per point)."""
     return _geometry(spec.name, spec.trust_remote_code, spec.revision)
+
+
+def readable_geometry(spec: ModelSpec) -> Geometry | None:
+    """The geometry, or None when the config cannot be read on this machine (a sweep's
+    remote workers then check the shapes when they load the model)."""
+    try:
+        return geometry(spec)
+    except (OSError, ValueError, ModelLoadError):
+        return None
 
 
 # ---- checks against the geometry ---------------------------------------------------------------
@@ -76,13 +85,12 @@ def check_slicing(geo: Geometry, prune: PruneConfig) -> None:
             f"slicing sparsity {prune.sparsity} keeps d′ = {width} of d = {geo.hidden_size}, "
             f"less than one attention head ({geo.head_dim}); use a smaller sparsity"
         )
-    if prune.allocation != "uniform":
-        raise ConfigError("slicegpt slices every layer to the same width: use allocation 'uniform'")
 
 
-def check_run(cfg: RunConfig) -> None:
-    """Every size ``cfg`` depends on, against its model's geometry (no weights loaded)."""
-    geo = geometry(cfg.model)
+def check_run(cfg: RunConfig, geo: Geometry | None = None) -> None:
+    """Every size ``cfg`` depends on, against its model's geometry (no weights loaded):
+    ``geo``, else the geometry read from the model's config."""
+    geo = geo or geometry(cfg.model)
     if cfg.kind != ZEROSHOT:
         check_seqlen(geo, cfg.eval.seqlen)
     if cfg.calib is not None:
@@ -105,6 +113,10 @@ def resolve_prune_config(prune: PruneConfig) -> PruneConfig:
     cls = get_method(prune.method)
     if prune.pattern != "unstructured" and "nm" not in cls.supports_patterns:
         raise ConfigError(f"method {cls.name} does not support N:M patterns")
+    if cls.run_kind == SLICE and prune.allocation != "uniform":
+        raise ConfigError(
+            f"{cls.name} slices every layer to the same width: use allocation 'uniform'"
+        )
     method = make_method(prune.method, prune.options)
     return dataclasses.replace(prune, method=cls.name, options=options_tuple(method.options))
 
@@ -125,20 +137,36 @@ def plan_prune(
     """The resolved config of a run applying ``prune.method``: kind 'prune' for layer-wise
     methods, the method's own kind ('slice' for SliceGPT) otherwise. Zero-shot settings
     enter the config only when given, so runs without keep their ids."""
-    prune = resolve_prune_config(prune)
-    extra = (("zeroshot", zeroshot_dict(zeroshot)),) if zeroshot is not None else ()
-    kind = get_method(prune.method).run_kind
-    cfg = RunConfig(kind, resolve_model_spec(model), eval_cfg, calib, prune, extra)
+    cfg = prune_run_config(resolve_model_spec(model), prune, calib, eval_cfg, zeroshot)
     check_run(cfg)
+    return cfg
+
+
+def require_kind(cfg: RunConfig, kind: str | None) -> RunConfig:
+    """``cfg`` when its run kind is ``kind`` (or ``kind`` is None), else ConfigError."""
+    if kind is not None and cfg.kind != kind:
+        raise ConfigError(f"{cfg.prune.method} makes '{cfg.kind}' runs, not '{kind}' runs")
     return cfg
 
 
 def plan_slice(*parts: Any, **kwargs: Any) -> RunConfig:
     """``plan_prune`` (the same arguments) for a method that slices (runs of kind 'slice')."""
-    cfg = plan_prune(*parts, **kwargs)
-    if cfg.kind != SLICE:
-        raise ConfigError(f"{cfg.prune.method} does not slice dimensions; use prune")
-    return cfg
+    return require_kind(plan_prune(*parts, **kwargs), SLICE)
+
+
+def prune_run_config(
+    model: ModelSpec,
+    prune: PruneConfig,
+    calib: CalibConfig,
+    eval_cfg: EvalConfig,
+    zeroshot: ZeroShotConfig | None,
+) -> RunConfig:
+    """The config of ``plan_prune`` for an already resolved ``model``, before the geometry
+    checks (a sweep's grid makes them once it knows whether the config is readable)."""
+    prune = resolve_prune_config(prune)
+    extra = (("zeroshot", zeroshot_dict(zeroshot)),) if zeroshot is not None else ()
+    kind = get_method(prune.method).run_kind
+    return RunConfig(kind, model, eval_cfg, calib, prune, extra)
 
 
 def plan_sweep(
@@ -204,5 +232,12 @@ def plan_zeroshot(
     else:
         spec = resolve_model_spec(model)
         geometry(spec)  # the model exists and is a causal LM
+    return zeroshot_run_config(spec, zs, source_run), src
+
+
+def zeroshot_run_config(
+    model: ModelSpec, zs: ZeroShotConfig, source_run: str | None = None
+) -> RunConfig:
+    """The config of zero-shot accuracy of ``model`` (resolved), or of a stored run's model."""
     extra = (("source_run", source_run), ("zeroshot", zeroshot_dict(zs)))
-    return RunConfig(ZEROSHOT, spec, EvalConfig(), extra=extra), src
+    return RunConfig(ZEROSHOT, model, EvalConfig(), extra=extra)

@@ -11,12 +11,11 @@ from typing import Any
 from core.adapter import resolve_roles
 from core.attention_compare import AttentionProbe
 from core.attention_compare import summarize as summarize_attention
-from core.config import RunConfig
 from core.methods import make_method
 from core.names import A_METHOD, A_QK, T_ALLOCATION, T_ATTENTION_ERRORS, T_LAYERS
-from core.progress import ProgressFn, report
+from core.progress import report
 from core.runs.apply import apply_prune
-from core.runs.common import Prologue, RunOptions, run_changed_model
+from core.runs.common import Prologue, changed_model_kind
 from core.runs.measure import (
     memory_report,
     probe_mb,
@@ -26,7 +25,6 @@ from core.runs.measure import (
     start_phase,
     weight_sparsity,
 )
-from core.store import RunStore
 
 PROBE_WINDOWS = 2  # calibration / held-out windows the attention error is measured on
 
@@ -53,7 +51,7 @@ def _probes(p: Prologue, roles: tuple[str, ...]) -> list[AttentionProbe]:
     return [calib, held]
 
 
-def _prune(p: Prologue, activations_on_cpu: bool) -> dict[str, Any]:
+def _prune(p: Prologue) -> dict[str, Any]:
     """The prune kind's own step: prune, then store what the method did."""
     prune = p.cfg.prune
     roles = resolve_roles(prune.targets)
@@ -61,7 +59,7 @@ def _prune(p: Prologue, activations_on_cpu: bool) -> dict[str, Any]:
     start_phase()  # the budget below is for the pruning phase itself
     t0 = time.perf_counter()
     result, alloc_rows = apply_prune(
-        p.lm, prune, p.calib_ids, p.device, p.progress, activations_on_cpu=activations_on_cpu
+        p.lm, prune, p.calib_ids, p.device, p.progress, activations_on_cpu=p.opts.activations_on_cpu
     )
     prune_seconds = time.perf_counter() - t0
     method = make_method(prune.method, prune.options)
@@ -89,14 +87,4 @@ def _prune(p: Prologue, activations_on_cpu: bool) -> dict[str, Any]:
     }
 
 
-def execute_prune(
-    cfg: RunConfig,
-    store: RunStore,
-    on_progress: ProgressFn | None = None,
-    opts: RunOptions | None = None,
-) -> dict[str, Any]:
-    """Run a planned 'prune' config."""
-    opts = opts or RunOptions()
-    return run_changed_model(
-        cfg, store, on_progress, opts, lambda p: _prune(p, opts.activations_on_cpu), save_model
-    )
+execute_prune = changed_model_kind(_prune, save_model)

@@ -7,15 +7,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from core.config import RunConfig
 from core.methods.slicegpt import save_sliced
 from core.models import LoadedModel
 from core.names import A_SPECTRA, T_BOUNDARIES
-from core.progress import ProgressFn
 from core.runs.apply import apply_prune
-from core.runs.common import Prologue, RunOptions, run_changed_model
+from core.runs.common import Prologue, changed_model_kind
 from core.runs.measure import memory_report, start_phase
-from core.store import RunStore
 
 
 def _slice(p: Prologue) -> dict[str, Any]:
@@ -44,11 +41,4 @@ def _save(lm: LoadedModel, folder: str) -> str:
     return str(folder)
 
 
-def execute_slice(
-    cfg: RunConfig,
-    store: RunStore,
-    on_progress: ProgressFn | None = None,
-    opts: RunOptions | None = None,
-) -> dict[str, Any]:
-    """Run a planned 'slice' config."""
-    return run_changed_model(cfg, store, on_progress, opts or RunOptions(), _slice, _save)
+execute_slice = changed_model_kind(_slice, _save)

@@ -110,8 +110,9 @@ def execute_sweep(
         }
         if zeroshot is not None:
             acc_rows, fit_rows = accuracy_tables(store, points, d, zeroshot.tasks)
+            kappas = _accuracy_intervals(store, spans, first, zeroshot.tasks)
             for row in fit_rows:
-                row.update(_accuracy_interval(store, spans, first, row["task"]))
+                row.update(kappas.get(row["task"], {}))
             writer.write_table(T_ACCURACY, acc_rows)
             writer.write_table(T_ACCURACY_FIT, fit_rows)
             mean = next(r for r in fit_rows if r["task"] == "mean")
@@ -120,17 +121,19 @@ def execute_sweep(
     return result(cfg, metrics)
 
 
-def _accuracy_interval(
-    store: RunStore, spans: list[SweepPoint], first: dict[str, Any], task: str
-) -> dict[str, Any]:
-    """κ of (A2) with its interval over items and seeds, for one task (not the mean)."""
-    if task == "mean":
-        return {}
-    (row,) = accuracy_report(
-        store, spans, first["dense_zeroshot_run"], [p.run_ids for p in spans], [task]
+def _accuracy_intervals(
+    store: RunStore, spans: list[SweepPoint], first: dict[str, Any], tasks: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
+    """task -> κ of (A2) with its interval over items and seeds (not for the mean of tasks),
+    from one ``accuracy_report`` over every task."""
+    rows = accuracy_report(
+        store, spans, first["dense_zeroshot_run"], [p.run_ids for p in spans], tasks
     )
     keys = ("kappa_lo", "kappa_hi", "verdict")
-    return {("kappa_verdict" if k == "verdict" else k): row[k] for k in keys}
+    return {
+        row["task"]: {("kappa_verdict" if k == "verdict" else k): row[k] for k in keys}
+        for row in rows
+    }
 
 
 def accuracy_tables(

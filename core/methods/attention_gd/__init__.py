@@ -19,8 +19,6 @@ from core.methods.attention_gd.objective import (
     GroupProblem,
     HeadExtras,
     LossGrad,
-    group_loss_and_grad,
-    group_loss_autograd,
     to_heads,
     to_linear,
 )
@@ -57,8 +55,6 @@ __all__ = [
     "descend",
     "effective_lam",
     "gd_prune_group",
-    "group_loss_and_grad",
-    "group_loss_autograd",
     "head_extras",
     "initial_mask",
     "lipschitz_upper_bound",

@@ -32,7 +32,14 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from core.attention import apply_rope, causal_mask, compute_dtype, rope_adjoint, rope_tables
+from core.attention import (
+    apply_rope,
+    causal_mask,
+    compute_dtype,
+    head_attention,
+    rope_adjoint,
+    rope_tables,
+)
 
 # Largest (n, r, L, L) score block held at once: 2^24 entries = 64 MiB in float32.
 CHUNK_ELEMS = 1 << 24
@@ -136,6 +143,7 @@ class GroupProblem:
         self.bq = None if ex.bq is None else cast(ex.bq)[None, :, None, :]  # (1, r, 1, d_h)
         self.bk, self.q_gain, self.k_gain = cast(ex.bk), cast(ex.q_gain), cast(ex.k_gain)
         self.eps = ex.norm_eps
+        self.causal = causal
         self.chunks: list[_Chunk] = []
         by_len: dict[int, list[Tensor]] = {}
         for x in sequences(X):
@@ -239,70 +247,36 @@ class GroupProblem:
         grad_k = self.Wk * gK + lam * Mk
         return LossGrad(data.sum() + self.penalty(Mq, Mk, lam), data, grad_q, grad_k)
 
+    def reference_loss_and_grad(self, Mq: Tensor, Mk: Tensor, lam: float) -> LossGrad:
+        """Reference for ``loss_and_grad``: the loss written directly from the module
+        docstring's formula (one sequence at a time, the dense targets recomputed, no fused
+        steps, the shared ``core.attention.head_attention`` forward) and differentiated by
+        torch.autograd. It shares only the cast inputs. Slow; tests and benchmarks."""
+        Mq = Mq.detach().to(self.Wq.dtype).requires_grad_(True)
+        Mk = Mk.detach().to(self.Wq.dtype).requires_grad_(True)
+        with torch.enable_grad():
+            data = self.Wq.new_zeros(self.Wq.shape[0])
+            for ch in self.chunks:
+                for x in ch.X:  # (L, d)
+                    pruned = self._reference_probs(x, ch.rope, Mq * self.Wq, Mk * self.Wk)
+                    diff = pruned - self._reference_probs(x, ch.rope, self.Wq, self.Wk)
+                    data = data + 0.5 * diff.square().sum((1, 2))
+            loss = data.sum() + self.penalty(Mq, Mk, lam)
+            grad_q, grad_k = torch.autograd.grad(loss, (Mq, Mk))
+        return LossGrad(loss.detach(), data.detach(), grad_q, grad_k)
 
-def group_loss_and_grad(
-    X_list: Tensor | Sequence[Tensor],
-    Wq_heads: Tensor,
-    Wk: Tensor,
-    Mq: Tensor,
-    Mk: Tensor,
-    lam: float,
-    causal: bool = True,
-    rope: tuple[Tensor, Tensor] | None = None,
-    extras: HeadExtras | None = None,
-) -> LossGrad:
-    """L(M) and its closed-form gradient for one GQA group (papers.md §3 GQA form + RoPE).
-
-    Wq_heads, Mq: (r, d, d_h); Wk, Mk: (d, d_h); computed in the dtype of Wq_heads (float64
-    in tests). For repeated evaluations build a ``GroupProblem`` once instead.
-    """
-    problem = GroupProblem(X_list, Wq_heads, Wk, causal, rope, extras=extras)
-    return problem.loss_and_grad(Mq, Mk, lam)
-
-
-def group_loss_autograd(
-    X_list: Tensor | Sequence[Tensor],
-    Wq_heads: Tensor,
-    Wk: Tensor,
-    Mq: Tensor,
-    Mk: Tensor,
-    lam: float,
-    causal: bool = True,
-    rope: tuple[Tensor, Tensor] | None = None,
-    extras: HeadExtras | None = None,
-) -> LossGrad:
-    """Reference for ``group_loss_and_grad``: the same loss written directly (one sequence at
-    a time, no fused steps) and differentiated by torch.autograd. Slow; tests and benchmarks."""
-    ex = extras or HeadExtras()
-    r, _, head_dim = Wq_heads.shape
-    Mq = Mq.detach().clone().requires_grad_(True)
-    Mk = Mk.detach().clone().requires_grad_(True)
-
-    def probs(x: Tensor, Qt: Tensor, Kt: Tensor) -> Tensor:
+    def _reference_probs(
+        self, x: Tensor, rope: tuple[Tensor, Tensor] | None, Qt: Tensor, Kt: Tensor
+    ) -> Tensor:
+        """f_h(M) of every head of the group for one sequence x (L, d): (r, L, L)."""
         q = torch.einsum("ld,rde->rle", x, Qt)  # (r, L, d_h)
         k = x @ Kt  # (L, d_h)
-        if ex.bq is not None:
-            q = q + ex.bq[:, None, :]
-        if ex.bk is not None:
-            k = k + ex.bk
-        if ex.q_gain is not None:
-            q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + ex.norm_eps) * ex.q_gain
-        if ex.k_gain is not None:
-            k = k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + ex.norm_eps) * ex.k_gain
-        if rope is not None:
-            cos, sin = rope_tables(rope, x.shape[0], x.dtype, x.device)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        scores = q @ k.T / math.sqrt(head_dim)
-        if causal:
-            scores = scores.masked_fill(~causal_mask(x.shape[0], x.device), float("-inf"))
-        return torch.softmax(scores, -1)
-
-    with torch.enable_grad():
-        data = Wq_heads.new_zeros(r)
-        for x in sequences(X_list):
-            x = x.to(Wq_heads.dtype)
-            diff = probs(x, Mq * Wq_heads, Mk * Wk) - probs(x, Wq_heads, Wk)
-            data = data + 0.5 * diff.square().sum((1, 2))
-        loss = data.sum() + 0.5 * lam * (Mq.square().sum() + Mk.square().sum())
-        grad_q, grad_k = torch.autograd.grad(loss, (Mq, Mk))
-    return LossGrad(loss.detach(), data.detach(), grad_q, grad_k)
+        if self.bq is not None:
+            q = q + self.bq[0]  # (r, 1, d_h)
+        if self.bk is not None:
+            k = k + self.bk
+        if self.q_gain is not None:
+            q = q * torch.rsqrt(q.square().mean(-1, keepdim=True) + self.eps) * self.q_gain
+        if self.k_gain is not None:
+            k = k * torch.rsqrt(k.square().mean(-1, keepdim=True) + self.eps) * self.k_gain
+        return head_attention(q, k, self.causal, rope)

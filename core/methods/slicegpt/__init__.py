@@ -8,65 +8,24 @@ Ashkboos et al., ICLR'24 (arXiv 2401.15024; papers.md §6). One module per step:
 - ``procedure``: ``slice_model``, the whole procedure, with its options and report;
 - ``io``: ``save_sliced`` / ``load_sliced``;
 - ``method``: the registered ``SliceGPT`` method.
+
+The package re-exports what the rest of ``core`` uses; the steps' own names (folding,
+rotation, the sliced modules) are imported from their modules.
 """
 
-from core.methods.slicegpt.folding import center_embeddings, fold_norms, untie_head
-from core.methods.slicegpt.io import apply_structure, load_sliced, save_sliced
+from core.methods.slicegpt.io import load_sliced, save_sliced
 from core.methods.slicegpt.method import SliceGPT
-from core.methods.slicegpt.modules import (
-    FORMAT_VERSION,
-    LAYER_CHILDREN,
-    SLICING_FILE,
-    WEIGHTS_FILE,
-    FoldedRMSNorm,
-    SlicedDecoderLayer,
-    SliceSpec,
-    as_adapter,
-    check_sliceable,
-    is_sliced,
-    set_embedding,
-    set_linear,
-)
-from core.methods.slicegpt.procedure import ORIENTATIONS, SliceOptions, SliceReport, slice_model
-from core.methods.slicegpt.rotation import (
-    accumulate_gram,
-    pca_basis,
-    randomize_kept,
-    rotate_embeddings,
-    rotate_inputs,
-    rotate_outputs,
-    sliced_width,
-)
+from core.methods.slicegpt.modules import as_adapter
+from core.methods.slicegpt.procedure import SliceOptions, SliceReport, slice_model
+from core.methods.slicegpt.rotation import sliced_width
 
 __all__ = [
-    "FORMAT_VERSION",
-    "LAYER_CHILDREN",
-    "ORIENTATIONS",
-    "SLICING_FILE",
-    "WEIGHTS_FILE",
-    "FoldedRMSNorm",
     "SliceGPT",
     "SliceOptions",
     "SliceReport",
-    "SliceSpec",
-    "SlicedDecoderLayer",
-    "accumulate_gram",
-    "apply_structure",
     "as_adapter",
-    "center_embeddings",
-    "check_sliceable",
-    "fold_norms",
-    "is_sliced",
     "load_sliced",
-    "pca_basis",
-    "randomize_kept",
-    "rotate_embeddings",
-    "rotate_inputs",
-    "rotate_outputs",
     "save_sliced",
-    "set_embedding",
-    "set_linear",
     "slice_model",
     "sliced_width",
-    "untie_head",
 ]

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
@@ -133,21 +133,18 @@ class SliceReport:
         return 1.0 - self.d_sliced / self.d
 
     def summary(self) -> dict[str, Any]:
-        """Flat JSON-able scalars for run records and tables."""
+        """Flat JSON-able scalars for run records and tables: every field but the per-boundary
+        ``rows`` and ``spectra``, the options as a dict, and the derived s_eff, param_ratio."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _PER_BOUNDARY}
         return {
-            "sparsity": self.sparsity,
-            "s_eff": self.s_eff,
-            "d": self.d,
-            "d_sliced": self.d_sliced,
-            "n_params_dense": self.n_params_dense,
-            "n_params_sliced": self.n_params_sliced,
-            "param_ratio": self.n_params_sliced / self.n_params_dense,
-            "n_layer_params_dense": self.n_layer_params_dense,
-            "n_layer_params_sliced": self.n_layer_params_sliced,
-            "calib_tokens": self.calib_tokens,
-            "seconds": self.seconds,
+            **out,
             "options": asdict(self.options),
+            "s_eff": self.s_eff,
+            "param_ratio": self.n_params_sliced / self.n_params_dense,
         }
+
+
+_PER_BOUNDARY = ("rows", "spectra")
 
 
 class _Boundaries:
