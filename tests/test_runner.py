@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from core.adapter import ROLES, ModelAdapter, resolve_roles
+from core.adapters import ROLES, adapter_for, resolve_roles
 from core.errors import ConfigError, ModelLoadError
 from core.models import build_tiny_model
 from core.runner import capture_layer_inputs, forward_layer, run_layerwise
@@ -19,7 +19,7 @@ def test_noop_pass_reproduces_the_model(name):
     """With nothing pruned, propagating captured inputs layer by layer equals the model's
     own hidden states (checks kwargs capture, RoPE, GQA and tensor-or-tuple outputs)."""
     model = build_tiny_model(name).eval()
-    adapter = ModelAdapter.from_model(model)
+    adapter = adapter_for(model)
     ids = _ids()
     with torch.no_grad():
         ref = model(input_ids=ids, output_hidden_states=True).hidden_states
@@ -36,7 +36,7 @@ def test_noop_pass_reproduces_the_model(name):
 
 def test_gram_statistics_match_direct_computation():
     model = build_tiny_model("tiny-llama").eval()
-    adapter = ModelAdapter.from_model(model)
+    adapter = adapter_for(model)
     ids = _ids()
     seen = {}
 
@@ -59,7 +59,7 @@ def test_gram_statistics_match_direct_computation():
 def test_sequential_inputs_come_from_pruned_layers():
     """Layer 1 must see layer 0's pruned output (Wanda/SparseGPT sequential scheme)."""
     model = build_tiny_model("tiny-llama").eval()
-    adapter = ModelAdapter.from_model(model)
+    adapter = adapter_for(model)
     grams = []
 
     def zero_layer0(ctx):
@@ -89,7 +89,7 @@ def test_model_without_decoder_layers():
             self.model.layers = nn.ModuleList()
 
     with pytest.raises(ModelLoadError, match="no decoder layers"):
-        ModelAdapter.from_model(NotALM())
+        adapter_for(NotALM())
 
 
 def test_model_without_separate_qk():
@@ -97,7 +97,7 @@ def test_model_without_separate_qk():
     for layer in model.model.layers:
         del layer.self_attn.q_proj
     with pytest.raises(ModelLoadError, match="separate linears"):
-        ModelAdapter.from_model(model)
+        adapter_for(model)
 
 
 def test_light_statistics_norms_and_sample(monkeypatch):
@@ -106,7 +106,7 @@ def test_light_statistics_norms_and_sample(monkeypatch):
 
     monkeypatch.setattr(core.runner, "SAMPLE_ROWS", 16)
     model = build_tiny_model("tiny-llama").eval()
-    adapter = ModelAdapter.from_model(model)
+    adapter = adapter_for(model)
     ids = _ids(4, 16)  # 64 tokens -> stride 4 -> 16 sampled rows
     seen = {}
 
@@ -129,7 +129,7 @@ def test_every_layer_sees_the_models_own_hidden_states():
     """Nothing pruned: the Gram of layer i's q input equals that of the model's own normed
     hidden state i (in-place propagation over uneven batches, 3 + 1 sequences)."""
     model = build_tiny_model("tiny-llama").eval()
-    adapter = ModelAdapter.from_model(model)
+    adapter = adapter_for(model)
     ids = _ids()
     with torch.no_grad():
         hidden = model(input_ids=ids, output_hidden_states=True).hidden_states
@@ -148,7 +148,7 @@ def test_statistics_pass_stops_after_the_last_hooked_linear():
     its input: down_proj multiplies once (batch 0) in that pass, then once per batch when the
     pruned layer propagates. The statistics are those of full layer calls."""
     model = build_tiny_model("tiny-llama").eval()
-    adapter = ModelAdapter.from_model(model)
+    adapter = adapter_for(model)
     ids = _ids(6, 16)
     calls = []
     down = adapter.linears(adapter.layers[0], ("down",))["down"]
