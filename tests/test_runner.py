@@ -6,7 +6,7 @@ from torch import nn
 
 from core.adapters import ROLES, adapter_for, resolve_roles
 from core.errors import ConfigError, ModelLoadError
-from core.models import build_tiny_model
+from core.models import TINY_MODELS, build_tiny_model
 from core.runner import capture_layer_inputs, forward_layer, run_layerwise
 
 
@@ -14,13 +14,15 @@ def _ids(n=4, L=16, seed=0):
     return torch.randint(0, 256, (n, L), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama-mha"])
+@pytest.mark.parametrize("name", list(TINY_MODELS))
 def test_noop_pass_reproduces_the_model(name):
     """With nothing pruned, propagating captured inputs layer by layer equals the model's
-    own hidden states (checks kwargs capture, RoPE, GQA and tensor-or-tuple outputs)."""
+    own hidden states (checks kwargs capture per layer kind (Gemma-3's sliding and global
+    layers; 32 tokens exceed the tiny models' 16-token windows), RoPE, GQA, learned positions
+    and tensor-or-tuple outputs) for every family."""
     model = build_tiny_model(name).eval()
     adapter = adapter_for(model)
-    ids = _ids()
+    ids = _ids(L=32)
     with torch.no_grad():
         ref = model(input_ids=ids, output_hidden_states=True).hidden_states
     inputs = capture_layer_inputs(adapter, ids, torch.device("cpu"), batch_size=3)
@@ -30,7 +32,7 @@ def test_noop_pass_reproduces_the_model(name):
         with torch.no_grad():
             inputs.hidden = [
                 forward_layer(layer, h, kw)
-                for h, kw in zip(inputs.hidden, inputs.kwargs, strict=True)
+                for h, kw in zip(inputs.hidden, inputs.for_layer(i), strict=True)
             ]
 
 
