@@ -267,6 +267,22 @@ class ModelAdapter:
     def attention_scale(self) -> float:
         return self.traits(self.config).attn_scale
 
+    def layer_window(self, index: int) -> int | None:
+        """Tokens decoder layer ``index`` attends to (itself included), None: all earlier."""
+        if self.layer_kind(index) == "sliding_attention":
+            return self.traits(self.config).sliding_window
+        return None
+
+    def attention_form(self, index: int) -> dict[str, Any]:
+        """What layer ``index`` adds to q·kᵀ/√d_h, as ``core.attention.QKForm`` fields: q/k
+        biases, q/k norm gains and ε, the scale and the sliding window."""
+        layer = self.layers[index]
+        lin = self.linears(layer, ("q", "k"))
+        q_gain, k_gain, eps = self.qk_gains(layer)
+        bias = {r: None if lin[r].bias is None else lin[r].bias.detach() for r in ("q", "k")}
+        return {"bq": bias["q"], "bk": bias["k"], "q_gain": q_gain, "k_gain": k_gain,
+                "eps": eps, "scale": self.attention_scale, "window": self.layer_window(index)}  # fmt: skip
+
     def position_embeddings(
         self, hidden: torch.Tensor, position_ids: torch.Tensor, layer: int = 0
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
