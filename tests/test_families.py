@@ -216,6 +216,16 @@ def test_attention_gd_gradient_matches_autograd(name):
         assert ((a - b).norm() / b.norm()).item() <= 1e-8
 
 
+def test_an_unknown_qk_norm_is_refused():
+    """A q/k norm the family's adapter does not recognise (no weight) is refused, not ignored."""
+    _, ad = randomized("tiny-qwen3")
+    layer = ad.layers[0]
+    layer.self_attn.q_norm = torch.nn.LayerNorm(16, elementwise_affine=False)
+    ctx = SimpleNamespace(linears=ad.linears(layer, ("q", "k")), adapter=ad, layer=layer)
+    with pytest.raises(ConfigError, match="does not cover"):
+        head_extras(ctx, 2, 16, 0)
+
+
 @pytest.mark.parametrize("name", FAMILY_MODELS)
 def test_attention_probes_reproduce_the_models_attention(name):
     """The attention comparisons (run metrics, the Attention page) compute every layer's
