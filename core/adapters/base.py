@@ -21,44 +21,14 @@ A family subclass overrides only what differs from Llama (core/adapters/<family>
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from core.adapters.roles import ROLES, RowSlice
+from core.adapters.traits import Traits
 from core.errors import ModelLoadError
-
-NORM_KINDS = ("rms", "rms_1p", "layernorm")  # γ·N(x); (1 + w)·N(x); LayerNorm with bias
-
-
-@dataclass(frozen=True)
-class Traits:
-    """What a family computes beyond the plain Llama form, read from its config.
-
-    norm: the norm kind (NORM_KINDS); positions: "rope", "rope_partial" (RoPE on part of
-    each head) or "learned"; pre_norm: every block reads a normed residual and adds its output
-    unnormed (SliceGPT's computational invariance needs it); post_norms: extra norms on the
-    block outputs before the residual add (Gemma-3); fused: fused projections;
-    attn_scale: the factor of q·kᵀ; sliding_window: tokens a sliding layer sees (None: all
-    layers attend globally).
-    """
-
-    family: str
-    roles: tuple[str, ...]
-    norm: str
-    positions: str
-    pre_norm: bool
-    post_norms: bool
-    qk_norm: bool
-    qkv_bias: bool
-    fused: tuple[str, ...]
-    tied: bool
-    embed_scale: float
-    attn_scale: float
-    sliding_window: int | None
-    embed_proj: bool = False  # embeddings narrower than d, projected in and out (OPT-350m)
 
 
 def _get(obj: object, paths: str) -> Any:
@@ -376,6 +346,12 @@ class ModelAdapter:
     def validate(self) -> None:
         """ModelLoadError with a clear message unless the model has this family's layout."""
         name = type(self.model).__name__
+        model_type = getattr(getattr(self.model, "config", None), "model_type", None)
+        if isinstance(model_type, str) and model_type not in self.model_types:
+            raise ModelLoadError(
+                f"{name} (model_type {model_type!r}) is not a {self.family} model; build "
+                "adapters with core.adapters.adapter_for, which picks the family"
+            )
         try:
             layers = self.layers
         except AttributeError:
