@@ -252,7 +252,10 @@ def fake_context(weight_dtype=torch.float32, with_v: bool = False) -> LayerConte
     flat = X.reshape(-1, D)
     gram = LinearStats(flat.T @ flat, flat.shape[0])
     cos, sin = rope_for(L, dtype=torch.float32)
-    adapter = SimpleNamespace(n_heads=4, n_kv_heads=2, head_dim=HEAD_DIM, hidden_size=D)
+    adapter = SimpleNamespace(  # the adapter verbs the method uses: a Llama-like layer
+        n_heads=4, n_kv_heads=2, head_dim=HEAD_DIM, hidden_size=D,
+        qk_gains=lambda _layer: (None, None, 1e-6),
+    )  # fmt: skip
     return LayerContext(
         index=0,
         n_layers=1,
