@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from core.adapter import ModelAdapter
+from core.adapters import ModelAdapter
 from core.attention import attention_errors, attention_probs
 
 
@@ -47,7 +47,7 @@ class AttentionProbe:
         X: list[list[torch.Tensor]] = [[] for _ in range(adapter.n_layers)]
         handles = []
         for i, layer in enumerate(adapter.layers):
-            q = adapter.linears(layer, ("q",))["q"]
+            q = adapter.input_module(layer, "q")
 
             def grab(_m, args, i=i) -> None:
                 X[i].append(args[0].detach().float().cpu())

@@ -87,7 +87,7 @@ def prompt_input(lm: LoadedModel, prompt: str, layer: int) -> PromptInput:
 
     hooks = [
         block.register_forward_pre_hook(on_layer, with_kwargs=True),
-        ad.linears(block, ("q",))["q"].register_forward_pre_hook(on_q),
+        ad.input_module(block, "q").register_forward_pre_hook(on_q),
     ]
     device = next(lm.model.parameters()).device
     try:

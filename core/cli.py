@@ -28,6 +28,7 @@ from core import cli_sweep
 from core.cli_output import TqdmProgress, print_human
 from core.config import RunConfig
 from core.errors import ConfigError, PruneScopeError
+from core.families import family_support, method_patterns
 from core.fields import CHOICE, COMMANDS, FLAG, FLOAT, INT, LIST, Field
 from core.methods import available_methods, get_method
 from core.requests import (
@@ -184,15 +185,14 @@ def cmd_effdim(args: argparse.Namespace, progress: TqdmProgress) -> dict[str, An
     return out
 
 
-def cmd_methods() -> list[dict[str, Any]]:
-    """Every registered method with its patterns and option defaults."""
+def cmd_methods() -> dict[str, Any]:
+    """Every registered method with its patterns and option defaults, and per model family
+    which methods and patterns run on it (core.families)."""
     out = []
     for name in available_methods():
         cls = get_method(name)
         opts = {f.name: f.default for f in dataclasses.fields(cls.options_cls)}
-        patterns = ["unstructured"] + (["N:M"] if "nm" in cls.supports_patterns else [])
-        if cls.structured:
-            patterns = ["dimension slicing"]
+        patterns = method_patterns(name)
         out.append(
             {
                 "method": name,
@@ -202,7 +202,7 @@ def cmd_methods() -> list[dict[str, Any]]:
                 "doc": (cls.__doc__ or "").strip().splitlines()[0],
             }
         )
-    return out
+    return {"methods": out, "families": family_support()}
 
 
 def cmd_runs(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]]:

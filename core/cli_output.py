@@ -9,6 +9,7 @@ from typing import Any
 from tqdm import tqdm
 
 from core.cli_sweep import grid_lines
+from core.families import family_lines
 
 
 class TqdmProgress:
@@ -167,10 +168,12 @@ def _fmt(x: Any) -> str:
 
 def print_human(command: str, out: Any) -> None:
     if command == "methods":
-        for m in out:
+        for m in out["methods"]:
             opts = ", ".join(f"{k}={v!r}" for k, v in m["options"].items()) or "(none)"
             print(f"{m['method']:<14}{'/'.join(m['patterns']):<18}{m['doc']}")
             print(f"{'':<14}options: {opts}")
+        print("\nper model family (from each family's config; run planning refuses the same):")
+        print("\n".join(family_lines(out["families"])))
         return
     if isinstance(out, list):  # runs list
         if not out:

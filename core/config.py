@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.adapter import resolve_roles
+from core.adapters import resolve_roles
 from core.errors import ConfigError
 from core.masks import parse_pattern
 from core.zeroshot_tasks import parse_tasks

@@ -1,18 +1,22 @@
-"""A model's shapes read from its config alone: what configuration checks need before any
-weight is loaded (``core.runs.plan``), and what the adapter reports once it is."""
+"""A model's shapes and family traits read from its config alone: what configuration checks
+need before any weight is loaded (``core.runs.plan``), and what the adapter reports once it is.
+The family's adapter class (``core.adapters.adapter_class``, by ``config.model_type``) knows
+where each family keeps these numbers; an unknown model_type fails here, naming the families.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from core.adapters import Traits, adapter_class
 from core.config import ModelSpec
 from core.models import model_config
 
 
 @dataclass(frozen=True)
 class Geometry:
-    """Widths of a Llama-shaped decoder: d (hidden), the MLP width, heads and context."""
+    """Widths of a decoder: d (hidden), the MLP width, heads and context, plus its traits."""
 
     n_layers: int
     hidden_size: int
@@ -21,21 +25,17 @@ class Geometry:
     n_kv_heads: int
     head_dim: int
     max_positions: int  # 0 when the config does not say
+    traits: Traits
 
     @classmethod
     def from_config(cls, config: Any) -> Geometry:
-        """From a transformers config (LlamaConfig and the families sharing its names)."""
-        n_heads = int(config.num_attention_heads)
-        head_dim = getattr(config, "head_dim", None)
-        return cls(
-            n_layers=int(config.num_hidden_layers),
-            hidden_size=int(config.hidden_size),
-            intermediate_size=int(config.intermediate_size),
-            n_heads=n_heads,
-            n_kv_heads=int(getattr(config, "num_key_value_heads", None) or n_heads),
-            head_dim=int(head_dim) if head_dim else int(config.hidden_size) // n_heads,
-            max_positions=int(getattr(config, "max_position_embeddings", 0) or 0),
-        )
+        """From a transformers config of any family the adapters know (ModelLoadError else)."""
+        family = adapter_class(config)
+        return cls(**family.shape(config), traits=family.traits(config))
+
+    @property
+    def family(self) -> str:
+        return self.traits.family
 
     def in_features(self, role: str) -> int:
         """Input width of the linear of ``role`` (q, k, v, o, gate, up, down)."""

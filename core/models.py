@@ -4,8 +4,9 @@
   dequantised once and cached as safetensors (``core.gguf_models``).
 - a Hugging Face id or a local folder: ``AutoModelForCausalLM`` (safetensors preferred,
   ``trust_remote_code`` off unless asked).
-- ``tiny-llama`` / ``tiny-llama-mha``: seeded random Llamas with a byte-level tokenizer,
-  built in milliseconds, for tests and demos.
+- ``tiny-<family>``: seeded random models of every family the adapters cover (Llama with
+  GQA or MHA, Mistral, Qwen2, Qwen3, Gemma-3, Phi-3, OPT) with a byte-level tokenizer, built
+  from ``transformers`` configs offline in milliseconds, for tests and demos.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import transformers
 from tokenizers import Tokenizer, decoders, pre_tokenizers
 from tokenizers import models as tok_models
 from torch import nn
@@ -22,12 +24,10 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
-    LlamaConfig,
-    LlamaForCausalLM,
     PreTrainedTokenizerFast,
 )
 
-from core.adapter import ModelAdapter
+from core.adapters import ModelAdapter, adapter_for
 from core.errors import ConfigError, ModelLoadError
 from core.gguf_models import GGUF_MODELS, gguf_config, load_gguf_model
 
@@ -35,23 +35,26 @@ log = logging.getLogger(__name__)
 
 EMBEDDED_MODEL = "smollm2-135m"  # the default; every packaged model is in GGUF_MODELS
 
-# name -> LlamaConfig overrides for the tiny random models (GQA by default).
-TINY_MODELS: dict[str, dict[str, int]] = {
-    "tiny-llama": dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    ),
-    "tiny-llama-mha": dict(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-    ),
-}
+_TINY_GQA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+# name -> (transformers config class, its arguments) of the tiny random models. Sliding
+# windows are 16 tokens, so a test on 32-token sequences sees them act.
+TINY_MODELS: dict[str, tuple[str, dict]] = {
+    "tiny-llama": ("LlamaConfig", _TINY_GQA),
+    "tiny-llama-mha": ("LlamaConfig", dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4)),
+    "tiny-mistral": ("MistralConfig", dict(_TINY_GQA, sliding_window=16)),
+    "tiny-qwen2": ("Qwen2Config", dict(_TINY_GQA, tie_word_embeddings=True)),
+    "tiny-qwen3": ("Qwen3Config", dict(_TINY_GQA, head_dim=16)),
+    "tiny-gemma3": ("Gemma3TextConfig", dict(
+        _TINY_GQA, head_dim=16, query_pre_attn_scalar=16, sliding_window=16,
+        tie_word_embeddings=True, layer_types=["sliding_attention", "full_attention"] * 2)),
+    "tiny-phi3": ("Phi3Config", dict(_TINY_GQA, pad_token_id=259, bos_token_id=256, eos_token_id=256)),
+    "tiny-opt": ("OPTConfig", dict(
+        hidden_size=64, ffn_dim=128, word_embed_proj_dim=64, num_hidden_layers=4,
+        num_attention_heads=4, tie_word_embeddings=True, enable_bias=True)),
+}  # fmt: skip
 TINY_VOCAB = 260  # 256 bytes + end-of-text + padding to a round number
 TINY_CONTEXT = 1024
 
@@ -112,7 +115,7 @@ def load_model(
         source, rev = ("local" if Path(name).is_dir() else "hub"), revision
     model.eval()
     model.to(device)
-    return LoadedModel(model, tok, ModelAdapter.from_model(model), name, source, rev)
+    return LoadedModel(model, tok, adapter_for(model), name, source, rev)
 
 
 # ---- tiny random models -------------------------------------------------------------------
@@ -130,25 +133,28 @@ def byte_tokenizer():
 
 
 def tiny_config(name: str = "tiny-llama", **overrides):
-    """The LlamaConfig of a tiny random model (its geometry, without building weights)."""
+    """The transformers config of a tiny random model (its geometry, without weights)."""
+    cls_name, kw = TINY_MODELS[name]
     kw = dict(
-        TINY_MODELS[name],
+        kw,
         vocab_size=TINY_VOCAB,
         max_position_embeddings=TINY_CONTEXT,
-        tie_word_embeddings=False,
-        rms_norm_eps=1e-6,
         attn_implementation="eager",
     )
+    kw.setdefault("tie_word_embeddings", False)
+    if cls_name != "OPTConfig":
+        kw.setdefault("rms_norm_eps", 1e-6)
     kw.update(overrides)
-    return LlamaConfig(**kw)
+    return getattr(transformers, cls_name)(**kw)
 
 
 def build_tiny_model(name: str = "tiny-llama", seed: int = 0, dtype=torch.float32, **overrides):
-    """A seeded random LlamaForCausalLM (weights std 0.02 as HF initialises them)."""
+    """A seeded random causal LM of the tiny model's family (weights as HF initialises them:
+    std 0.02, norms and biases at their neutral values)."""
     config = tiny_config(name, **overrides)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     return model.to(dtype)
 
 

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.adapters import ModelAdapter, adapter_for
+from core.errors import ModelLoadError
 from core.progress import ProgressFn, report
 
 
@@ -50,27 +52,33 @@ def window_nll(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 LOGIT_CHUNK = 1024  # token rows of logits materialised at once: (chunk, V) float32
 
 
-def _window_nll_chunked(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+def _window_nll_chunked(adapter: ModelAdapter, ids: torch.Tensor) -> torch.Tensor:
     """Mean NLL per window without the (B, L, V) logits tensor: run the backbone, then
     project to the vocabulary ``LOGIT_CHUNK`` rows at a time. ids: (B, L) -> (B,) float32.
 
     With V = 49k (SmolLM2) or 128k (Llama 3) the full logits of a batch take GBs; this keeps
     evaluation memory at the model plus one chunk.
     """
-    hidden = model.model(input_ids=ids, use_cache=False).last_hidden_state[:, :-1]  # (B, L-1, d)
+    hidden = adapter.backbone(input_ids=ids, use_cache=False).last_hidden_state[
+        :, :-1
+    ]  # (B, L-1, d)
     B, T, d = hidden.shape
     flat, targets = hidden.reshape(-1, d), ids[:, 1:].reshape(-1)
     losses = torch.empty(B * T, dtype=torch.float32, device=ids.device)
     for start in range(0, B * T, LOGIT_CHUNK):
-        logits = model.lm_head(flat[start : start + LOGIT_CHUNK]).float()  # (chunk, V)
+        logits = adapter.logits(flat[start : start + LOGIT_CHUNK]).float()  # (chunk, V)
         losses[start : start + LOGIT_CHUNK] = F.cross_entropy(
             logits, targets[start : start + LOGIT_CHUNK], reduction="none"
         )
     return losses.view(B, T).mean(dim=1)
 
 
-def _has_backbone(model: nn.Module) -> bool:
-    return isinstance(getattr(model, "lm_head", None), nn.Linear) and hasattr(model, "model")
+def _adapter(model: nn.Module) -> ModelAdapter | None:
+    """The family adapter of a causal LM the adapters know, else None (scored by .logits)."""
+    try:
+        return adapter_for(model)
+    except ModelLoadError:
+        return None
 
 
 @torch.no_grad()
@@ -83,19 +91,20 @@ def evaluate_perplexity(
 ) -> PerplexityResult:
     """windows: (n, L) token ids. The model stays where it is; batches move to ``device``.
 
-    HF causal LMs with a ``model`` backbone and ``lm_head`` are scored in logit chunks
-    (same numbers, a fraction of the memory); any other module through its ``.logits``.
+    Causal LMs of a family the adapters know are scored in logit chunks through the adapter's
+    backbone and head (same numbers, a fraction of the memory); any other module through its
+    ``.logits``.
     """
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    chunked = _has_backbone(model)
+    adapter = _adapter(model)
     n, L = windows.shape
     nlls: list[torch.Tensor] = []
     t0 = time.perf_counter()
     report(on_progress, "eval", 0, n)
     for start in range(0, n, batch_size):
         ids = windows[start : start + batch_size].to(device)
-        if chunked:
-            nll = _window_nll_chunked(model, ids)
+        if adapter is not None:
+            nll = _window_nll_chunked(adapter, ids)
         else:
             nll = window_nll(model(input_ids=ids, use_cache=False).logits, ids)
         nlls.append(nll.double().cpu())

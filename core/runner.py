@@ -1,7 +1,8 @@
 """The shared layer-by-layer calibration runner (Wanda / SparseGPT "sequential" scheme).
 
-1. Capture the inputs of decoder layer 0 for the calibration batch (a pre-hook that stops
-   the forward, so no layer runs and nothing but the embeddings needs the device).
+1. Capture the inputs of decoder layer 0 for the calibration batch, and the keyword
+   arguments of every layer kind (``core.capture``: no layer runs and nothing but the
+   embeddings needs the device).
 2. For each decoder layer in turn: move it to the compute device, hook its linears to
    accumulate input statistics (Gram matrices x xᵀ; raw inputs when a method asks), let the
    method edit the weights, re-run the layer so its *pruned* outputs feed the next layer,
@@ -13,8 +14,8 @@ last hooked linear has read its input (for all seven roles, ~a quarter of the la
 linear FLOPs are skipped), and the pruned outputs overwrite the inputs batch by batch, so
 one (N, L, d) activation buffer serves the whole walk.
 
-Layer calls go through ``forward_layer``, which accepts tensor or tuple outputs and the
-keyword arguments the model itself passed to layer 0, so it survives transformers drift.
+Layer calls go through ``forward_layer`` (core.capture), with the keyword arguments the
+model itself passed to a layer of the same kind.
 """
 
 from __future__ import annotations
@@ -29,7 +30,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.adapter import SHARED_INPUT, ModelAdapter
+from core.adapters import SHARED_INPUT, ModelAdapter
+from core.capture import (
+    LayerInputs,
+    _StopForward,
+    capture_layer_inputs,
+    forward_layer,
+    model_device,
+    move,
+)
 from core.memory import trim_heap
 from core.methods.base import SAMPLE_ROWS, LayerContext, LinearReport, LinearStats, Method
 from core.progress import ProgressFn, report
@@ -41,104 +50,13 @@ log = logging.getLogger(__name__)
 GRAM_DTYPE = torch.float64
 
 
-class _StopForward(Exception):
-    """Raised by the layer-0 pre-hook once its inputs are captured."""
-
-
-def move(
-    obj: Any, device: torch.device | str | None = None, dtype: torch.dtype | None = None
-) -> Any:
-    """Move tensors (possibly nested in tuples/lists/dicts) to a device; floats to dtype."""
-    if isinstance(obj, torch.Tensor):
-        if dtype is not None and obj.is_floating_point():
-            return obj.to(device=device, dtype=dtype)
-        return obj.to(device=device)
-    if isinstance(obj, tuple):
-        return tuple(move(o, device, dtype) for o in obj)
-    if isinstance(obj, list):
-        return [move(o, device, dtype) for o in obj]
-    if isinstance(obj, dict):
-        return {k: move(v, device, dtype) for k, v in obj.items()}
-    return obj
-
-
-@dataclass
-class LayerInputs:
-    """Decoder-layer inputs for the calibration set, one entry per mini-batch.
-
-    hidden[b]: (B, L, d) in the model's dtype, on ``store_device``.
-    kwargs[b]: the keyword arguments the model passes to a decoder layer for that batch
-        (attention mask, position ids, RoPE (cos, sin), ...), kept on ``store_device``.
-    """
-
-    hidden: list[torch.Tensor]
-    kwargs: list[dict[str, Any]]
-
-    @property
-    def n_tokens(self) -> int:
-        return sum(h.shape[0] * h.shape[1] for h in self.hidden)
-
-
-def model_device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
 @torch.no_grad()
-def capture_layer_inputs(
-    adapter: ModelAdapter,
-    input_ids: torch.Tensor,
-    device: torch.device,
-    batch_size: int = 8,
-    store_device: torch.device | None = None,
-) -> LayerInputs:
-    """Run the model up to decoder layer 0 and keep what layer 0 receives.
-
-    input_ids: (N, L) calibration tokens. Only the embeddings and rotary module move to
-    ``device``; they go back to where they were afterwards.
-    """
-    store_device = store_device or device
-    model, first = adapter.model, adapter.layers[0]
-    hidden: list[torch.Tensor] = []
-    kwargs: list[dict[str, Any]] = []
-
-    def grab(_module: nn.Module, args: tuple, kw: dict) -> None:
-        h = args[0] if args else kw.pop("hidden_states")
-        kw = {k: v for k, v in kw.items() if k not in ("hidden_states", "cache", "past_key_values")}
-        hidden.append(h.to(store_device))
-        kwargs.append(move(kw, store_device))
-        raise _StopForward
-
-    pre_modules = [adapter.embed_tokens] + ([adapter.rotary_emb] if adapter.rotary_emb else [])
-    homes = [model_device(m) if any(True for _ in m.parameters()) else None for m in pre_modules]
-    for m in pre_modules:
-        m.to(device)
-    handle = first.register_forward_pre_hook(grab, with_kwargs=True)
-    try:
-        for start in range(0, input_ids.shape[0], batch_size):
-            batch = input_ids[start : start + batch_size].to(device)
-            with contextlib.suppress(_StopForward):
-                model(input_ids=batch, use_cache=False)
-    finally:
-        handle.remove()
-        for m, home in zip(pre_modules, homes, strict=True):
-            if home is not None:
-                m.to(home)
-    return LayerInputs(hidden, kwargs)
-
-
-def forward_layer(layer: nn.Module, hidden: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
-    """Call a decoder layer the way the model does; accept tensor or tuple outputs."""
-    out = layer(hidden, **kwargs)
-    return out[0] if isinstance(out, tuple) else out
-
-
-@torch.no_grad()
-def propagate(layer: nn.Module, inputs: LayerInputs, device: torch.device) -> None:
-    """Run one layer over every calibration batch, overwriting each batch's inputs with its
-    outputs: they are the next layer's inputs. Batch b is read in full before it is
-    overwritten, so one activation buffer suffices and nothing activation-sized is
+def propagate(layer: nn.Module, inputs: LayerInputs, device: torch.device, index: int = 0) -> None:
+    """Run decoder layer ``index`` over every calibration batch, overwriting each batch's
+    inputs with its outputs: they are the next layer's inputs. Batch b is read in full before
+    it is overwritten, so one activation buffer suffices and nothing activation-sized is
     reallocated from layer to layer."""
-    for h, kw in zip(inputs.hidden, inputs.kwargs, strict=True):
+    for h, kw in zip(inputs.hidden, inputs.for_layer(index), strict=True):
         h.copy_(forward_layer(layer, h.to(device), move(kw, device)))
 
 
@@ -162,7 +80,8 @@ class _StatsCollector:
 
     def __init__(
         self,
-        linears: dict[str, nn.Linear],
+        linears: dict[str, nn.Module],
+        hooks: dict[str, nn.Module],
         want_gram: bool,
         want_inputs: frozenset[str],
         input_store: torch.device,
@@ -192,7 +111,9 @@ class _StatsCollector:
             for r in hook_roles:
                 self.stats[r] = stat
             self.handles.append(
-                lin.register_forward_pre_hook(self._make_hook(stat, hook_roles, input_store))
+                hooks[role].register_forward_pre_hook(
+                    self._make_hook(stat, hook_roles, input_store)
+                )
             )
 
     def _make_hook(self, stat: LinearStats, hook_roles: list[str], store: torch.device):
@@ -243,7 +164,11 @@ class _StatsCollector:
 
 @torch.no_grad()
 def collect_statistics(
-    layer: nn.Module, inputs: LayerInputs, device: torch.device, collector: _StatsCollector
+    layer: nn.Module,
+    inputs: LayerInputs,
+    device: torch.device,
+    collector: _StatsCollector,
+    index: int = 0,
 ) -> None:
     """Run one layer over every calibration batch for its hooks only (outputs discarded).
 
@@ -251,7 +176,7 @@ def collect_statistics(
     input (``_StatsCollector.stop_at``): what follows it (for all seven roles, the down
     projection's product and the residual add) is not needed.
     """
-    for h, kw in zip(inputs.hidden, inputs.kwargs, strict=True):
+    for h, kw in zip(inputs.hidden, inputs.for_layer(index), strict=True):
         with contextlib.suppress(_StopForward):
             forward_layer(layer, h.to(device), move(kw, device))
         collector.batch_done()
@@ -302,13 +227,17 @@ def run_layerwise(
         home = model_device(layer)
         layer.to(device)
         linears = adapter.linears(layer, tuple(roles))
-        collector = _StatsCollector(linears, needs_gram, needs_inputs, store, inputs.n_tokens)
+        hooks = {role: adapter.input_module(layer, role) for role in linears}
+        collector = _StatsCollector(
+            linears, hooks, needs_gram, needs_inputs, store, inputs.n_tokens
+        )
         try:
-            collect_statistics(layer, inputs, device, collector)
+            collect_statistics(layer, inputs, device, collector, i)
         finally:
             collector.remove()
         collector.finish()
-        pos = inputs.kwargs[0].get("position_embeddings") if inputs.kwargs else None
+        layer_kw = inputs.for_layer(i)
+        pos = layer_kw[0].get("position_embeddings") if layer_kw else None
         ctx = LayerContext(
             index=i,
             n_layers=n,
@@ -327,7 +256,7 @@ def run_layerwise(
             result.tables.setdefault(name, []).extend(rows)
         result.arrays.update({k: v.detach().cpu() for k, v in ctx.arrays.items()})
         del collector, ctx
-        propagate(layer, inputs, device)  # pruned outputs feed layer i+1
+        propagate(layer, inputs, device, i)  # pruned outputs feed layer i+1
         layer.to(home)
         trim_heap()  # hand back this layer's freed working set, so RSS does not creep
         result.layer_seconds.append(time.perf_counter() - t0)

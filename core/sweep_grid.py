@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from core.adapter import resolve_roles
+from core.adapters import resolve_roles
 from core.config import (
     CalibConfig,
     EvalConfig,

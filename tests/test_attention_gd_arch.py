@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from core.adapter import ModelAdapter
+from core.adapters import adapter_for
 from core.errors import ConfigError
 from core.methods.attention_gd import (
     GroupProblem,
@@ -36,7 +36,7 @@ def tiny(kind: str):
     )  # fmt: skip
     torch.manual_seed(0)
     model = getattr(transformers, model_name)(cfg).double().eval()
-    ad = ModelAdapter.from_model(model)
+    ad = adapter_for(model)
     layer = ad.layers[0]
     with torch.no_grad():  # random biases / norm gains, so that they matter
         for lin in ad.linears(layer, ("q", "k")).values():

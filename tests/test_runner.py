@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from core.adapter import ROLES, ModelAdapter, resolve_roles
+from core.adapters import ROLES, adapter_for, resolve_roles
 from core.errors import ConfigError, ModelLoadError
-from core.models import build_tiny_model
+from core.models import TINY_MODELS, build_tiny_model
 from core.runner import capture_layer_inputs, forward_layer, run_layerwise
 
 
@@ -14,13 +14,15 @@ def _ids(n=4, L=16, seed=0):
     return torch.randint(0, 256, (n, L), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama-mha"])
+@pytest.mark.parametrize("name", list(TINY_MODELS))
 def test_noop_pass_reproduces_the_model(name):
     """With nothing pruned, propagating captured inputs layer by layer equals the model's
-    own hidden states (checks kwargs capture, RoPE, GQA and tensor-or-tuple outputs)."""
+    own hidden states (checks kwargs capture per layer kind (Gemma-3's sliding and global
+    layers; 32 tokens exceed the tiny models' 16-token windows), RoPE, GQA, learned positions
+    and tensor-or-tuple outputs) for every family."""
     model = build_tiny_model(name).eval()
-    adapter = ModelAdapter.from_model(model)
-    ids = _ids()
+    adapter = adapter_for(model)
+    ids = _ids(L=32)
     with torch.no_grad():
         ref = model(input_ids=ids, output_hidden_states=True).hidden_states
     inputs = capture_layer_inputs(adapter, ids, torch.device("cpu"), batch_size=3)
@@ -30,13 +32,13 @@ def test_noop_pass_reproduces_the_model(name):
         with torch.no_grad():
             inputs.hidden = [
                 forward_layer(layer, h, kw)
-                for h, kw in zip(inputs.hidden, inputs.kwargs, strict=True)
+                for h, kw in zip(inputs.hidden, inputs.for_layer(i), strict=True)
             ]
 
 
 def test_gram_statistics_match_direct_computation():
     model = build_tiny_model("tiny-llama").eval()
-    adapter = ModelAdapter.from_model(model)
+    adapter = adapter_for(model)
     ids = _ids()
     seen = {}
 
@@ -59,7 +61,7 @@ def test_gram_statistics_match_direct_computation():
 def test_sequential_inputs_come_from_pruned_layers():
     """Layer 1 must see layer 0's pruned output (Wanda/SparseGPT sequential scheme)."""
     model = build_tiny_model("tiny-llama").eval()
-    adapter = ModelAdapter.from_model(model)
+    adapter = adapter_for(model)
     grams = []
 
     def zero_layer0(ctx):
@@ -89,7 +91,7 @@ def test_model_without_decoder_layers():
             self.model.layers = nn.ModuleList()
 
     with pytest.raises(ModelLoadError, match="no decoder layers"):
-        ModelAdapter.from_model(NotALM())
+        adapter_for(NotALM())
 
 
 def test_model_without_separate_qk():
@@ -97,7 +99,7 @@ def test_model_without_separate_qk():
     for layer in model.model.layers:
         del layer.self_attn.q_proj
     with pytest.raises(ModelLoadError, match="separate linears"):
-        ModelAdapter.from_model(model)
+        adapter_for(model)
 
 
 def test_light_statistics_norms_and_sample(monkeypatch):
@@ -106,7 +108,7 @@ def test_light_statistics_norms_and_sample(monkeypatch):
 
     monkeypatch.setattr(core.runner, "SAMPLE_ROWS", 16)
     model = build_tiny_model("tiny-llama").eval()
-    adapter = ModelAdapter.from_model(model)
+    adapter = adapter_for(model)
     ids = _ids(4, 16)  # 64 tokens -> stride 4 -> 16 sampled rows
     seen = {}
 
@@ -129,7 +131,7 @@ def test_every_layer_sees_the_models_own_hidden_states():
     """Nothing pruned: the Gram of layer i's q input equals that of the model's own normed
     hidden state i (in-place propagation over uneven batches, 3 + 1 sequences)."""
     model = build_tiny_model("tiny-llama").eval()
-    adapter = ModelAdapter.from_model(model)
+    adapter = adapter_for(model)
     ids = _ids()
     with torch.no_grad():
         hidden = model(input_ids=ids, output_hidden_states=True).hidden_states
@@ -148,7 +150,7 @@ def test_statistics_pass_stops_after_the_last_hooked_linear():
     its input: down_proj multiplies once (batch 0) in that pass, then once per batch when the
     pruned layer propagates. The statistics are those of full layer calls."""
     model = build_tiny_model("tiny-llama").eval()
-    adapter = ModelAdapter.from_model(model)
+    adapter = adapter_for(model)
     ids = _ids(6, 16)
     calls = []
     down = adapter.linears(adapter.layers[0], ("down",))["down"]

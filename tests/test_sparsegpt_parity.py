@@ -13,7 +13,7 @@ import copy
 import pytest
 import torch
 
-from core.adapter import ROLES, ModelAdapter
+from core.adapters import ROLES, adapter_for
 from core.errors import ConfigError
 from core.masks import prune_count
 from core.methods.sparsegpt import SparseGPT, SparseGPTOptions, block_mask, sparsegpt_prune
@@ -114,7 +114,7 @@ def test_block_mask_rules_on_ties() -> None:
 
 def _prune_tiny(model, ids, threads: int, batch: int) -> dict[str, torch.Tensor]:
     model = copy.deepcopy(model)
-    adapter = ModelAdapter.from_model(model)
+    adapter = adapter_for(model)
     sparsity = [dict.fromkeys(ROLES, 0.5)] * adapter.n_layers
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -147,7 +147,7 @@ def test_gram_is_the_same_for_every_runner_batch() -> None:
     """Layer 0's Gram (inputs straight from the embeddings) is bitwise the same for runner
     batches of 1, 3 and 8 sequences: per-sequence float64 sums in calibration order."""
     model = build_tiny_model("tiny-llama").eval()
-    adapter = ModelAdapter.from_model(model)
+    adapter = adapter_for(model)
     ids = torch.randint(0, 256, (8, 32), generator=torch.Generator().manual_seed(1))
     grams = []
 

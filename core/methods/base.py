@@ -86,7 +86,7 @@ class LayerContext:
     index: int
     n_layers: int
     layer: nn.Module
-    adapter: Any  # core.adapter.ModelAdapter (Any to avoid an import cycle)
+    adapter: Any  # core.adapters.ModelAdapter (Any to avoid an import cycle)
     linears: dict[str, nn.Linear]
     stats: dict[str, LinearStats]
     inputs: dict[str, torch.Tensor]
@@ -163,6 +163,13 @@ class Method:
             on_progress=plan.on_progress,
             **plan.runner_kw,
         )
+
+    def refusal(self, geometry: Any, calib_seqlen: int | None = None) -> str | None:
+        """Why this method cannot run on the model ``geometry`` describes (a
+        ``core.geometry.Geometry``: shapes and family traits read from the config alone), or
+        None when it can. Run planning turns a reason into one ConfigError before any weight
+        is loaded; ``python -m core methods`` lists it per family. None by default."""
+        return None
 
     @classmethod
     def check_plan(cls, roles: tuple[str, ...], pattern: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from core.adapter import resolve_roles
+from core.adapters import resolve_roles
 from core.allocation import layer_outlier_ratio, owl_allocation, uniform_allocation
 from core.config import PruneConfig
 from core.methods import make_method

@@ -15,7 +15,7 @@ import dataclasses
 from functools import lru_cache
 from typing import Any
 
-from core.adapter import resolve_roles
+from core.adapters import ROLE_GROUPS, resolve_roles
 from core.config import (
     CalibConfig,
     EvalConfig,
@@ -80,6 +80,29 @@ def check_slicing(geo: Geometry, prune: PruneConfig) -> None:
         raise ConfigError("slicegpt slices every layer to the same width: use allocation 'uniform'")
 
 
+def check_family(geo: Geometry, prune: PruneConfig, calib_seqlen: int | None) -> None:
+    """The method runs on the model's family (``Method.refusal``), else one ConfigError."""
+    why = make_method(prune.method, prune.options).refusal(geo, calib_seqlen)
+    if why:
+        raise ConfigError(f"{prune.method} cannot prune this {geo.family} model: {why}")
+
+
+def family_roles(geo: Geometry, targets: str) -> tuple[str, ...]:
+    """The roles ``targets`` names that the family has: a named group keeps those present
+    (OPT's "mlp" is up, down); an explicit role it lacks is an error."""
+    roles = resolve_roles(targets)
+    missing = [r for r in roles if r not in geo.traits.roles]
+    if missing and targets not in ROLE_GROUPS:
+        raise ConfigError(
+            f"{geo.family} models have no {'/'.join(missing)} projection; their roles are "
+            f"{', '.join(geo.traits.roles)}"
+        )
+    present = tuple(r for r in roles if r in geo.traits.roles)
+    if not present:
+        raise ConfigError(f"{geo.family} models have none of the roles {targets!r} names")
+    return present
+
+
 def check_run(cfg: RunConfig) -> None:
     """Every size ``cfg`` depends on, against its model's geometry (no weights loaded)."""
     geo = geometry(cfg.model)
@@ -89,8 +112,10 @@ def check_run(cfg: RunConfig) -> None:
         check_seqlen(geo, cfg.calib.seqlen, "calibration seqlen")
     if cfg.prune is None:
         return
+    calib_seqlen = cfg.calib.seqlen if cfg.calib is not None else None
+    check_family(geo, cfg.prune, calib_seqlen)
     if cfg.kind == PRUNE:
-        roles = resolve_roles(cfg.prune.targets)
+        roles = family_roles(geo, cfg.prune.targets)
         check_pattern(geo, roles, cfg.prune.pattern)
         get_method(cfg.prune.method).check_plan(roles, cfg.prune.pattern)
     elif cfg.kind in (SLICE, SWEEP):

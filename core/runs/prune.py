@@ -8,7 +8,7 @@ import dataclasses
 import time
 from typing import Any
 
-from core.adapter import resolve_roles
+from core.adapters import resolve_roles
 from core.attention_compare import AttentionProbe
 from core.attention_compare import summarize as summarize_attention
 from core.config import RunConfig

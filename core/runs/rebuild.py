@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from core.adapter import ModelAdapter, resolve_roles
+from core.adapters import adapter_for, resolve_roles
 from core.config import RunConfig
 from core.device import resolve_dtype
 from core.errors import StoreError
@@ -25,7 +25,7 @@ from core.store import RunStore
 def _load_sliced(src: RunConfig, folder: str, device: torch.device, dtype) -> LoadedModel:
     model = load_sliced(folder, device, dtype)
     tok = AutoTokenizer.from_pretrained(folder)
-    return LoadedModel(model, tok, ModelAdapter.from_model(model), src.model.name, "saved", folder)
+    return LoadedModel(model, tok, adapter_for(model), src.model.name, "saved", folder)
 
 
 def _load_pruned(src: RunConfig, folder: str, device: torch.device, dtype) -> LoadedModel:

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from core.attention import rope_tables
-from core.errors import ConfigError
+from core.errors import ConfigError, ModelLoadError
 from core.masks import check_sparsity, scope_dim, topk_prune_mask
 from core.methods import get_method, register
 from core.methods.attention_gd.bound import lipschitz_upper_bound, spectral_norms
@@ -63,20 +63,19 @@ def head_extras(ctx: LayerContext, r: int, head_dim: int, group: int) -> HeadExt
     lin_q, lin_k = ctx.linears["q"], ctx.linears["k"]
     bq = None if lin_q.bias is None else lin_q.bias.detach()[group * r * head_dim :]
     bk = None if lin_k.bias is None else lin_k.bias.detach()[group * head_dim :]
-    gains, eps = [], 1e-6
-    qk_norms = getattr(ctx.adapter, "qk_norms", None)
-    for norm in qk_norms(ctx.layer) if qk_norms else (None, None):
-        if norm is None:
-            gains.append(None)
-            continue
-        weight = getattr(norm, "weight", None)
-        eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
-        if weight is None or eps is None or weight.numel() != head_dim:
+    try:
+        q_gain, k_gain, eps = ctx.adapter.qk_gains(ctx.layer)
+    except ModelLoadError as exc:
+        raise ConfigError(
+            f"attention-gd: {exc}; the attention objective does not cover it"
+        ) from exc
+    for gain in (q_gain, k_gain):
+        if gain is not None and gain.numel() != head_dim:
             raise ConfigError(
-                f"attention-gd: the q/k norm {type(norm).__name__} is not a per-head RMSNorm "
-                "with a weight and an epsilon; the attention objective does not cover it"
+                f"attention-gd: a q/k norm of width {gain.numel()} is not per head "
+                f"({head_dim}); the attention objective does not cover it"
             )
-        gains.append(weight.detach().float())
+    gains = [None if g is None else g.float() for g in (q_gain, k_gain)]
     return HeadExtras(
         bq=None if bq is None else bq[: r * head_dim].float().view(r, head_dim),
         bk=None if bk is None else bk[:head_dim].float(),
@@ -103,6 +102,23 @@ class AttentionGD(Method):
     needs_gram = True  # rel_error of q/k, and Wanda/SparseGPT for ``others``
     needs_inputs = frozenset({"q"})
     supports_patterns = ("unstructured",)
+
+    def refusal(self, geometry: Any, calib_seqlen: int | None = None) -> str | None:
+        """The objective is softmax(causal, scale·q̂k̂ᵀ) with q̂, k̂ after the biases, the
+        per-head RMSNorms and full RoPE (objective.py): a family whose attention differs from
+        that on the calibration sequences is refused (issue #13: one error, nothing stored)."""
+        t = geometry.traits
+        if t.positions == "rope_partial":
+            return "its RoPE rotates only part of each head; the objective rotates whole heads"
+        if not math.isclose(t.attn_scale, geometry.head_dim**-0.5, rel_tol=1e-9):
+            return (f"its attention scales q·kᵀ by {t.attn_scale:.4g} (query_pre_attn_scalar), "
+                    f"the objective by 1/√head_dim = {geometry.head_dim**-0.5:.4g}")  # fmt: skip
+        length = min(calib_seqlen or 0, self.options.max_len)
+        if t.sliding_window and length > t.sliding_window:
+            return (f"its sliding-window layers attend to the last {t.sliding_window} tokens and "
+                    f"the objective would use {length}; calibrate with seqlen (or max_len) <= "
+                    f"{t.sliding_window}")  # fmt: skip
+        return None
 
     @classmethod
     def check_plan(cls, roles: tuple[str, ...], pattern: str) -> None:

@@ -10,12 +10,16 @@ Ashkboos et al., ICLR'24 (arXiv 2401.15024; papers.md §6). One module per step:
 - ``method``: the registered ``SliceGPT`` method.
 """
 
-from core.methods.slicegpt.folding import center_embeddings, fold_norms, untie_head
+from core.methods.slicegpt.folding import (
+    center_embeddings,
+    center_stream,
+    fold_norms,
+    untie_head,
+)
 from core.methods.slicegpt.io import apply_structure, load_sliced, save_sliced
 from core.methods.slicegpt.method import SliceGPT
 from core.methods.slicegpt.modules import (
     FORMAT_VERSION,
-    LAYER_CHILDREN,
     SLICING_FILE,
     WEIGHTS_FILE,
     FoldedRMSNorm,
@@ -23,6 +27,7 @@ from core.methods.slicegpt.modules import (
     SliceSpec,
     as_adapter,
     check_sliceable,
+    family_refusal,
     is_sliced,
     set_embedding,
     set_linear,
@@ -40,7 +45,6 @@ from core.methods.slicegpt.rotation import (
 
 __all__ = [
     "FORMAT_VERSION",
-    "LAYER_CHILDREN",
     "ORIENTATIONS",
     "SLICING_FILE",
     "WEIGHTS_FILE",
@@ -54,7 +58,9 @@ __all__ = [
     "apply_structure",
     "as_adapter",
     "center_embeddings",
+    "center_stream",
     "check_sliceable",
+    "family_refusal",
     "fold_norms",
     "is_sliced",
     "load_sliced",

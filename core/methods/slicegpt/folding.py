@@ -1,7 +1,12 @@
-"""Step 1 of SliceGPT: fold every RMSNorm's γ into the linears that read it (papers.md §6).
+"""Step 1 of SliceGPT: make every residual-stream norm a bare N(x) (papers.md §6).
 
-What remains of each norm is N(x) = x / √(‖x‖²/d + ε) with d the *original* width, which
-commutes with any orthogonal Q: N(xQ) = N(x)Q (computational invariance).
+Each norm's affine part (γ, and β for LayerNorm, as ``adapter.norm_affine`` gives it) moves
+into the linears that read it: W ← W·diag(γ), b ← b + W·β. What remains is
+N(x) = x / √(‖x‖²/d + ε) with d the *original* width, which commutes with any orthogonal Q:
+N(xQ) = N(x)Q (computational invariance). A LayerNorm also subtracts the mean; that step is
+removed by keeping the residual stream mean-free instead (``center_stream``: the embeddings
+and every block's output linear lose their mean over d, which LayerNorm discards anyway), as
+the SliceGPT reference does for OPT. The norms then compute N(x) exactly.
 """
 
 from __future__ import annotations
@@ -9,72 +14,105 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from core.adapter import ModelAdapter
+from core.adapters import ModelAdapter
 from core.errors import ModelLoadError
-from core.methods.slicegpt.modules import FoldedRMSNorm
+from core.methods.slicegpt.modules import FoldedRMSNorm, as_adapter
+
+_FORMS = {
+    "rms": "γ·x/√(mean(x²)+ε)",
+    "rms_1p": "(1+w)·x/√(mean(x²)+ε)",
+    "layernorm": "γ·(x−μ)/√(var(x)+ε)+β",
+}
 
 
-def _check_rms_norm(norm: nn.Module, d: int, eps: float, where: str) -> torch.Tensor:
-    """Return γ (d,) if ``norm`` computes γ·x/√(mean x² + ε); ModelLoadError otherwise."""
-    weight = getattr(norm, "weight", None)
-    if (
-        not isinstance(weight, torch.Tensor)
-        or weight.shape != (d,)
-        or getattr(norm, "bias", None) is not None
-    ):
+def _check_norm(adapter: ModelAdapter, norm: nn.Module, eps: float, where: str):
+    """(γ, β) (d,) of ``norm`` if it computes the family's form; ModelLoadError otherwise."""
+    d, kind = adapter.hidden_size, adapter.norm_kind
+    try:
+        gamma, beta = adapter.norm_affine(norm)
+    except AttributeError:  # no weight: not this family's norm
+        gamma = beta = None
+    has_bias = getattr(norm, "bias", None) is not None
+    if gamma is None or gamma.shape != (d,) or (beta is None and has_bias):
         raise ModelLoadError(
-            f"{where} is a {type(norm).__name__}, not an RMSNorm with a ({d},) weight and no "
-            "bias; SliceGPT here supports RMSNorm (Llama-shaped) models"
+            f"{where} is a {type(norm).__name__}, not the {adapter.family} family's "
+            f"{'RMSNorm' if kind != 'layernorm' else 'LayerNorm'} with a ({d},) weight; "
+            f"SliceGPT folds norms computing {_FORMS[kind]}"
         )
     # A probe with a non-zero mean tells RMSNorm from LayerNorm and γ from (1 + γ) variants.
+    ref = next(iter(norm.parameters()), gamma)
     probe = torch.randn(4, d, generator=torch.Generator().manual_seed(0)) + 1.0
-    probe = probe.to(device=weight.device, dtype=weight.dtype)
     with torch.no_grad():
-        got = norm(probe).double()
-        xf = probe.double()
-        want = weight.double() * xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    tol = 1e-2 if weight.dtype in (torch.float16, torch.bfloat16) else 1e-4
+        got = norm(probe.to(device=ref.device, dtype=ref.dtype)).double().cpu()
+        x = probe.double()
+        if kind == "layernorm":
+            x = x - x.mean(-1, keepdim=True)
+        want = gamma.double() * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        if beta is not None:
+            want = want + beta.double()
+    tol = 1e-2 if ref.dtype in (torch.float16, torch.bfloat16) else 1e-4
     if not torch.allclose(got, want, rtol=tol, atol=tol * want.abs().max().item()):
         raise ModelLoadError(
-            f"{where} ({type(norm).__name__}) does not compute γ·x/√(mean(x²)+ε); SliceGPT "
-            "here supports RMSNorm (Llama-shaped) models"
+            f"{where} ({type(norm).__name__}) does not compute {_FORMS[kind]}; SliceGPT here "
+            f"folds RMSNorm (Llama-shaped) and pre-LN LayerNorm (OPT) models"
         )
-    return weight.detach()
+    return gamma, beta
 
 
-def untie_head(model: nn.Module) -> None:
-    """Give lm_head its own copy of a weight it may share with the embeddings."""
-    head, embed = model.lm_head, model.model.embed_tokens
-    if head.weight is embed.weight or head.weight.data_ptr() == embed.weight.data_ptr():
+def untie_head(model: nn.Module | ModelAdapter) -> None:
+    """Give the head its own copy of a weight it may share with the embeddings."""
+    adapter = as_adapter(model)
+    head = adapter.lm_head
+    if adapter.tied:
         head.weight = nn.Parameter(
             head.weight.detach().clone(), requires_grad=head.weight.requires_grad
         )
-    model.config.tie_word_embeddings = False
+    adapter.config.tie_word_embeddings = False
 
 
-def _scale_inputs(lin: nn.Linear, gamma: torch.Tensor) -> None:
-    """W ← W·diag(γ) for W (out, in), computed in float64."""
+def _fold_into(lin: nn.Linear, gamma: torch.Tensor, beta: torch.Tensor | None) -> None:
+    """W ← W·diag(γ), b ← b + W·β for W (out, in), computed in float64. A β needs a bias
+    to land in; the head gets one (``SliceSpec.head_bias``), other linears must have it."""
     W = lin.weight.detach()
-    lin.weight.data = (W.double() * gamma.double().to(W.device)).to(W.dtype)
+    Wd = W.double()
+    if beta is not None and bool(beta.abs().max() > 0):
+        shift = Wd @ beta.double().to(W.device)  # (out,)
+        if lin.bias is None:
+            lin.bias = nn.Parameter(shift.to(W.dtype), requires_grad=False)
+        else:
+            lin.bias.data = (lin.bias.detach().double() + shift).to(W.dtype)
+    lin.weight.data = (Wd * gamma.double().to(W.device)).to(W.dtype)
 
 
 def fold_norms(adapter: ModelAdapter) -> float:
-    """Fold every RMSNorm's γ into the linears reading it and replace the norms by FoldedRMSNorm.
-
-    input_layernorm -> q, k, v; post_attention_layernorm -> gate, up; final norm -> lm_head.
-    Function preserving. Returns ε.
-    """
+    """Fold every residual norm's (γ, β) into the linears reading it and replace the norms by
+    FoldedRMSNorm: attention norm -> attention readers (q, k, v or fused qkv), MLP norm ->
+    MLP readers, final norm -> head. Function preserving (for LayerNorm: on a mean-free
+    stream, see ``center_stream``). Returns ε."""
     d, eps = adapter.hidden_size, adapter.rms_eps
     for i, layer in enumerate(adapter.layers):
-        lin = adapter.linears(layer)
-        for norm_attr, roles in (("input_layernorm", "qkv"), ("post_attention_layernorm", "gu")):
-            gamma = _check_rms_norm(getattr(layer, norm_attr), d, eps, f"layer {i} {norm_attr}")
-            for role in {"qkv": ("q", "k", "v"), "gu": ("gate", "up")}[roles]:
-                _scale_inputs(lin[role], gamma)
-            setattr(layer, norm_attr, FoldedRMSNorm(d, eps))
-    _scale_inputs(adapter.lm_head, _check_rms_norm(adapter.final_norm, d, eps, "final norm"))
-    adapter.backbone.norm = FoldedRMSNorm(d, eps)
+        for where, norm, readers in (
+            ("attention", adapter.attn_norm(layer), adapter.attn_readers(layer)),
+            ("mlp", adapter.mlp_norm(layer), adapter.mlp_readers(layer)),
+        ):
+            gamma, beta = _check_norm(adapter, norm, eps, f"layer {i} {where} norm")
+            if beta is not None and any(lin.bias is None for lin in readers) and beta.any():
+                raise ModelLoadError(
+                    f"layer {i} {where} norm has a bias but the linears reading it do not"
+                )
+            for lin in readers:
+                _fold_into(lin, gamma, beta)
+        adapter.set_norms(layer, FoldedRMSNorm(d, eps), FoldedRMSNorm(d, eps))
+    gamma, beta = _check_norm(adapter, adapter.final_norm, eps, "final norm")
+    _fold_into(adapter.lm_head, gamma, beta)
+    adapter.set_final_norm(FoldedRMSNorm(d, eps))
     return eps
+
+
+def _center_rows(weight: torch.Tensor) -> torch.Tensor:
+    """Each row of (n, d) minus its mean over d, in float64."""
+    Wd = weight.double()
+    return (Wd - Wd.mean(dim=-1, keepdim=True)).to(weight.dtype)
 
 
 def center_embeddings(embed: nn.Embedding) -> None:
@@ -84,6 +122,18 @@ def center_embeddings(embed: nn.Embedding) -> None:
     keeps the uncentred rows). For an RMSNorm model it changes the function: layer 0 reads
     x − x̄·1 instead of x, and the residual stream carries the difference.
     """
-    E = embed.weight.detach()
-    Ed = E.double()
-    embed.weight.data = (Ed - Ed.mean(dim=-1, keepdim=True)).to(E.dtype)
+    embed.weight.data = _center_rows(embed.weight.detach())
+
+
+def center_stream(adapter: ModelAdapter) -> None:
+    """Make the residual stream mean-free: centre the token and position embeddings and the
+    outputs of every block's writer (W ← (I − 11ᵀ/d)·W, b ← b − mean(b)). Function preserving
+    for a LayerNorm model: every norm subtracts the mean the stream no longer has."""
+    for table in (adapter.embed_tokens, adapter.position_table):
+        if table is not None:
+            center_embeddings(table)
+    for layer in adapter.layers:
+        for lin in (adapter.attn_writer(layer), adapter.mlp_writer(layer)):
+            lin.weight.data = _center_rows(lin.weight.detach().T).T.contiguous()
+            if lin.bias is not None:
+                lin.bias.data = _center_rows(lin.bias.detach()[None])[0]

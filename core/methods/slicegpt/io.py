@@ -37,42 +37,40 @@ def apply_structure(model: nn.Module, spec: SliceSpec) -> None:
             f"{SLICING_FILE} describes d={spec.hidden_size} with {len(spec.widths)} layers but the "
             f"config has d={adapter.hidden_size} with {adapter.n_layers}"
         )
-    untie_head(adapter.model)
+    untie_head(adapter)
     embed = adapter.embed_tokens
     dtype = embed.weight.dtype
 
     def empty(*shape: int) -> torch.Tensor:
         return torch.empty(*shape, dtype=dtype, device=embed.weight.device)
 
-    set_embedding(embed, empty(embed.num_embeddings, spec.widths[0][0]))
+    def reshape(lin: nn.Linear, out: int, inp: int) -> None:
+        set_linear(lin, empty(out, inp), None if lin.bias is None else empty(out))
+
+    for table in (embed, adapter.position_table):
+        if table is not None:
+            set_embedding(table, empty(table.num_embeddings, spec.widths[0][0]))
     for i, (d_in, d_mid, d_out) in enumerate(spec.widths):
         layer = adapter.layers[i]
-        lin = adapter.linears(layer)
-        for role, (out, inp) in {
-            "q": (lin["q"].out_features, d_in),
-            "k": (lin["k"].out_features, d_in),
-            "v": (lin["v"].out_features, d_in),
-            "o": (d_mid, lin["o"].in_features),
-            "gate": (lin["gate"].out_features, d_mid),
-            "up": (lin["up"].out_features, d_mid),
-            "down": (d_out, lin["down"].in_features),
-        }.items():
-            set_linear(lin[role], empty(out, inp), None if lin[role].bias is None else empty(out))
+        for lin in adapter.attn_readers(layer):
+            reshape(lin, lin.out_features, d_in)
+        reshape(adapter.attn_writer(layer), d_mid, adapter.attn_writer(layer).in_features)
+        for lin in adapter.mlp_readers(layer):
+            reshape(lin, lin.out_features, d_mid)
+        reshape(adapter.mlp_writer(layer), d_out, adapter.mlp_writer(layer).in_features)
         adapter.layers[i] = SlicedDecoderLayer(
-            layer.self_attn,
-            layer.mlp,
+            adapter.attention_block(layer),
+            adapter.mlp_block(layer),
             FoldedRMSNorm(spec.hidden_size, spec.eps),
             FoldedRMSNorm(spec.hidden_size, spec.eps),
             empty(d_in, d_mid),
             empty(d_mid, d_out),
         )
-    adapter.backbone.norm = FoldedRMSNorm(spec.hidden_size, spec.eps)
+    adapter.set_final_norm(FoldedRMSNorm(spec.hidden_size, spec.eps))
     head = adapter.lm_head
-    set_linear(
-        head,
-        empty(head.out_features, spec.widths[-1][2]),
-        None if head.bias is None else empty(head.out_features),
-    )
+    if spec.head_bias and head.bias is None:
+        head.bias = nn.Parameter(empty(head.out_features), requires_grad=False)
+    reshape(head, head.out_features, spec.widths[-1][2])
     adapter.model.slicing = spec
 
 

@@ -9,6 +9,7 @@ import torch
 
 from core.methods import register
 from core.methods.base import ApplyPlan, Method
+from core.methods.slicegpt.modules import family_refusal
 from core.methods.slicegpt.procedure import SliceOptions, SliceReport, slice_model
 from core.progress import ProgressFn
 
@@ -24,6 +25,10 @@ class SliceGPT(Method):
     needs_gram = False
     supports_patterns = ("unstructured",)
     options: SliceOptions
+
+    def refusal(self, geometry: Any, calib_seqlen: int | None = None) -> str | None:
+        """Families whose residual stream cannot be rotated (``family_refusal``)."""
+        return family_refusal(geometry.traits)
 
     def apply(self, model: Any, calib: torch.Tensor, plan: ApplyPlan) -> SliceReport:
         """Slice ``model`` in place to d′ = sliced_width(d, plan.sparsity)."""

@@ -13,15 +13,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.adapter import ModelAdapter
+from core.adapters import ModelAdapter, Traits, adapter_for
 from core.errors import ConfigError, ModelLoadError
 
 SLICING_FILE = "slicing.json"
 WEIGHTS_FILE = "model.safetensors"
 FORMAT_VERSION = 1
-# The submodules a pre-norm sequential decoder layer may have; anything else (Gemma-2's extra
-# norms, a parallel block's single norm, ...) is computation SlicedDecoderLayer would drop.
-LAYER_CHILDREN = frozenset({"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"})
 
 
 class FoldedRMSNorm(nn.Module):
@@ -98,6 +95,7 @@ class SliceSpec:
     widths: list[tuple[int, int, int]]
     sparsity: float
     options: dict[str, Any] = field(default_factory=dict)
+    head_bias: bool = False  # the final norm's β folded into a head bias (LayerNorm models)
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT_VERSION, "method": "slicegpt", **asdict(self)}
@@ -112,6 +110,7 @@ class SliceSpec:
             widths=[(int(a), int(b), int(c)) for a, b, c in data["widths"]],
             sparsity=float(data["sparsity"]),
             options=dict(data.get("options", {})),
+            head_bias=bool(data.get("head_bias", False)),
         )
 
 
@@ -135,7 +134,7 @@ def as_adapter(model: Any) -> ModelAdapter:
     if isinstance(getattr(model, "adapter", None), ModelAdapter):
         return model.adapter
     if isinstance(model, nn.Module):
-        return ModelAdapter.from_model(model)
+        return adapter_for(model)
     raise ConfigError(f"expected a model, ModelAdapter or LoadedModel, got {type(model).__name__}")
 
 
@@ -147,16 +146,40 @@ def is_sliced(model: nn.Module) -> bool:
     return isinstance(getattr(model, "slicing", None), SliceSpec)
 
 
+def family_refusal(traits: Traits) -> str | None:
+    """Why SliceGPT cannot slice a family (from its config's traits), or None if it can.
+
+    Slicing needs computational invariance (papers.md §6): every norm on the residual stream
+    must read it directly and pass an orthogonal Q through once its affine part is folded.
+    """
+    if not traits.pre_norm:
+        return ("its layers normalise the residual stream after the add (post-LN), so the "
+                "stream itself is not rotation-invariant")  # fmt: skip
+    if traits.post_norms:
+        return ("its post-attention and post-feedforward norms normalise each block's output "
+                "before the residual add, in the unrotated basis: no orthogonal Q passes "
+                "through them, so the residual stream cannot be rotated and sliced")  # fmt: skip
+    if traits.embed_proj:
+        return "its embeddings are projected in and out of a different width"
+    if traits.norm not in ("rms", "layernorm"):
+        return f"its {traits.norm} norms have no fold here"
+    return None
+
+
 def check_sliceable(adapter: ModelAdapter) -> None:
-    """Raise a clear error unless every decoder layer is a plain pre-norm sequential block."""
+    """Raise a clear error unless the family can be sliced and every decoder layer is a plain
+    pre-norm sequential block of that family."""
     name = type(adapter.model).__name__
     if is_sliced(adapter.model):
         raise ConfigError(f"{name} is already sliced; load the dense model to slice it again")
+    why = family_refusal(adapter.traits(adapter.config))
+    if why:
+        raise ConfigError(f"slicegpt cannot slice {adapter.family} models: {why}")
+    children = adapter.layer_children
     for i, layer in enumerate(adapter.layers):
-        extra = sorted({n for n, _ in layer.named_children()} - LAYER_CHILDREN)
+        extra = sorted({n for n, _ in layer.named_children()} - children)
         if extra:
             raise ModelLoadError(
-                f"{name}: decoder layer {i} has submodules {extra} besides "
-                f"{sorted(LAYER_CHILDREN)}; "
-                "SliceGPT here supports pre-norm sequential (Llama-shaped) layers only"
+                f"{name}: decoder layer {i} has submodules {extra} besides {sorted(children)}; "
+                "SliceGPT here supports pre-norm sequential layers only"
             )

@@ -1,10 +1,11 @@
 """SliceGPT: delete rows and columns by projecting the residual stream onto its top PCA subspace.
 
 Ashkboos et al., ICLR'24 (arXiv 2401.15024; papers.md §6). For a pre-norm decoder whose
-norms are RMSNorm, the steps are:
+norms are RMSNorm (or LayerNorm, OPT: the stream is first made mean-free, ``center_stream``),
+the steps are, through the family's adapter (core/adapters):
 
-1. **Fold** (``untie_head``, ``fold_norms``). Each norm's γ moves into the linears that read
-   it, W ← W·diag(γ). What remains is N(x) = x / √(‖x‖²/d + ε) with d the *original* width,
+1. **Fold** (``untie_head``, ``fold_norms``). Each norm's γ (and β) moves into the linears
+   that read it, W ← W·diag(γ). What remains is N(x) = x / √(‖x‖²/d + ε) with d the *original* width,
    which commutes with any orthogonal Q: N(xQ) = N(x)Q (computational invariance, §6). No
    embedding mean-centring by default: the reference ``fuse_modules`` centres the embeddings
    of every model, which changes the function of an RMSNorm model; without it s = 0 is exactly
@@ -42,9 +43,15 @@ from typing import Any
 
 import torch
 
-from core.adapter import ModelAdapter
+from core.adapters import ModelAdapter
+from core.capture import capture_layer_inputs, model_device
 from core.errors import ConfigError
-from core.methods.slicegpt.folding import center_embeddings, fold_norms, untie_head
+from core.methods.slicegpt.folding import (
+    center_embeddings,
+    center_stream,
+    fold_norms,
+    untie_head,
+)
 from core.methods.slicegpt.modules import (
     SlicedDecoderLayer,
     SliceSpec,
@@ -63,7 +70,6 @@ from core.methods.slicegpt.rotation import (
     sliced_width,
 )
 from core.progress import ProgressFn, report
-from core.runner import capture_layer_inputs, model_device
 
 log = logging.getLogger(__name__)
 
@@ -205,15 +211,15 @@ def _slice_layer(
     """
     d_in, d_mid, d_out = widths
     layer = adapter.layers[index]
-    lin = adapter.linears(layer)
-    dtype, device = lin["q"].weight.dtype, lin["q"].weight.device
-    for role in ("q", "k", "v"):
-        rotate_inputs(lin[role], Q_in, d_in)
+    writer, mlp_writer = adapter.attn_writer(layer), adapter.mlp_writer(layer)
+    dtype, device = writer.weight.dtype, writer.weight.device
+    for lin in adapter.attn_readers(layer):
+        rotate_inputs(lin, Q_in, d_in)
     new = SlicedDecoderLayer(
-        layer.self_attn,
-        layer.mlp,
-        layer.input_layernorm,
-        layer.post_attention_layernorm,
+        adapter.attention_block(layer),
+        adapter.mlp_block(layer),
+        adapter.attn_norm(layer),
+        adapter.mlp_norm(layer),
         torch.empty(d_in, d_mid, dtype=dtype, device=device),
         torch.empty(d_mid, d_out, dtype=dtype, device=device),
     )
@@ -221,7 +227,7 @@ def _slice_layer(
     # Mid boundary. With o_proj writing in the full Q_in basis, the residual there is
     # [x, 0] + attn: no (T, d_in)·(d_in, d) product to map x back. Its PCA V (in Q_in
     # coordinates) gives Q_mid = Q_in·V; the eigenvalues are those of the unrotated residual.
-    with _rotated_output(lin["o"], Q_in):
+    with _rotated_output(writer, Q_in):
         mids = []  # (B, L, d)
         for x, kw in zip(hidden, kwargs, strict=True):
             r = new.attention_branch(x, **kw)
@@ -229,15 +235,15 @@ def _slice_layer(
             mids.append(r)
     V = bounds.basis(mids, d_mid, "mid", index)
     Q_mid = Q_in @ V
-    rotate_outputs(lin["o"], Q_mid, d_mid)
-    for role in ("gate", "up"):
-        rotate_inputs(lin[role], Q_mid, d_mid)
+    rotate_outputs(writer, Q_mid, d_mid)
+    for lin in adapter.mlp_readers(layer):
+        rotate_inputs(lin, Q_mid, d_mid)
     Vk = V[:, :d_mid].to(dtype)
     hidden = [r @ Vk for r in mids]  # (B, L, d_mid): the sliced mid residual
     del mids
 
     # Out boundary, the same way in Q_mid coordinates.
-    with _rotated_output(lin["down"], Q_mid):
+    with _rotated_output(mlp_writer, Q_mid):
         outs = []  # (B, L, d)
         for h in hidden:
             r = new.mlp_branch(h)
@@ -245,7 +251,7 @@ def _slice_layer(
             outs.append(r)
     V_out = bounds.basis(outs, d_out, "out", index)
     Q_out = Q_mid @ V_out
-    rotate_outputs(lin["down"], Q_out, d_out)
+    rotate_outputs(mlp_writer, Q_out, d_out)
     Vk = V_out[:, :d_out].to(dtype)
     hidden = [r @ Vk for r in outs]  # (B, L, d_out)
     del outs
@@ -264,7 +270,7 @@ def slice_model(
     device: torch.device | str = "cpu",
     on_progress: ProgressFn | None = None,
 ) -> SliceReport:
-    """Slice a Llama-shaped RMSNorm model **in place** to width d′ = sliced_width(d, s).
+    """Slice a pre-norm model (RMSNorm or LayerNorm) **in place** to width d′ = sliced_width(d, s).
 
     model: LoadedModel, ModelAdapter or the HF causal LM. calib_ids: (N, L) calibration
     tokens. Layers visit ``device`` one at a time; calibration activations live there too.
@@ -279,16 +285,21 @@ def slice_model(
     t0 = time.perf_counter()
     n_dense, n_layers_dense = adapter.n_params(), _n_layer_params(adapter)
 
-    untie_head(adapter.model)
-    if options.center_embeddings:
+    untie_head(adapter)
+    if adapter.norm_kind == "layernorm":
+        center_stream(adapter)  # LayerNorm -> N(x) needs a mean-free residual stream
+    elif options.center_embeddings:
         center_embeddings(adapter.embed_tokens)
     eps = fold_norms(adapter)
+    head_bias = adapter.lm_head.bias is not None
     inputs = capture_layer_inputs(adapter, calib_ids, device, options.batch_size)
     bounds = _Boundaries(options, device)
     report(on_progress, "slice", 0, n)
 
     Q = bounds.basis(inputs.hidden, width, "embed", None)
-    rotate_embeddings(adapter.embed_tokens, Q, width)
+    for table in (adapter.embed_tokens, adapter.position_table):
+        if table is not None:  # learned positions are added to the tokens: rotate both
+            rotate_embeddings(table, Q, width)
     hidden = [h @ Q[:, :width].to(h.dtype) for h in inputs.hidden]  # (B, L, d′)
     inputs.hidden.clear()  # only the sliced copy is needed from here on
     widths: list[tuple[int, int, int]] = []
@@ -297,7 +308,7 @@ def slice_model(
         home = model_device(layer)
         layer.to(device)
         w = (width, width, d if i == n - 1 and not options.slice_head else width)
-        new, hidden, Q = _slice_layer(adapter, i, hidden, inputs.kwargs, Q, w, bounds)
+        new, hidden, Q = _slice_layer(adapter, i, hidden, inputs.for_layer(i), Q, w, bounds)
         adapter.layers[i] = new.to(home)
         widths.append(w)
         report(on_progress, "slice", i + 1, n, f"layer {i + 1}/{n}")
@@ -305,7 +316,7 @@ def slice_model(
 
     head = adapter.lm_head
     rotate_inputs(head, Q, widths[-1][2])
-    spec = SliceSpec(d, eps, widths, float(sparsity), asdict(options))
+    spec = SliceSpec(d, eps, widths, float(sparsity), asdict(options), head_bias)
     adapter.model.slicing = spec
     result = SliceReport(
         sparsity=float(sparsity),

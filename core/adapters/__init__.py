@@ -1,0 +1,31 @@
+"""One adapter per model family behind one protocol (``base.ModelAdapter``).
+
+``adapter_for(model)`` picks the family by ``config.model_type``; ``adapter_class(config)``
+and ``family_traits(config)`` answer the same from a config alone (run planning).
+"""
+
+from core.adapters.base import NORM_KINDS, ModelAdapter, Traits
+from core.adapters.registry import (
+    FAMILIES,
+    adapter_class,
+    adapter_for,
+    family_traits,
+    supported_families,
+)
+from core.adapters.roles import ROLE_GROUPS, ROLES, SHARED_INPUT, RowSlice, resolve_roles
+
+__all__ = [
+    "FAMILIES",
+    "NORM_KINDS",
+    "ROLES",
+    "ROLE_GROUPS",
+    "SHARED_INPUT",
+    "ModelAdapter",
+    "RowSlice",
+    "Traits",
+    "adapter_class",
+    "adapter_for",
+    "family_traits",
+    "resolve_roles",
+    "supported_families",
+]
