@@ -64,14 +64,16 @@ def test_gemma_cache_key_needs_no_assembly(tmp_path, monkeypatch) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not GEMMA_INSTALLED, reason=NOT_INSTALLED)
 def test_gemma_loads_offline_and_the_cached_copy_matches_the_gguf() -> None:
-    """The converted copy (built on first use, ~1 min) is a Gemma3ForCausalLM whose logits
-    equal those of transformers' direct GGUF load, tokenizer included."""
+    """The converted copy (built on first use, ~1 min) is a Gemma3ForCausalLM behind the
+    Gemma-3 adapter whose logits equal those of transformers' direct GGUF load, tokenizer
+    included."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from core.gguf_models import load_gguf_model
-
-    model, tok = load_gguf_model(GEMMA, torch.float32)
+    loaded = load_model(GEMMA)
+    model, tok = loaded.model, loaded.tokenizer
     assert type(model).__name__ == "Gemma3ForCausalLM"
+    assert loaded.adapter.family == "gemma3"
+    assert loaded.source == "embedded" and loaded.revision == GGUF_MODELS[GEMMA].file
     assert model.config.model_type == GGUF_MODELS[GEMMA].family
     gguf = gguf_path(GEMMA)
     ref = AutoModelForCausalLM.from_pretrained(
