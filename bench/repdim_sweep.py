@@ -43,6 +43,7 @@ def run_model(args, name: str, store) -> dict:
     fit metrics for the side-by-side comparison."""
     from core.budget import matched_table, winner
     from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
+    from core.errors import ConfigError
     from core.names import EFFDIM_KEY
     from core.runs import effdim_report, run_prune, run_sweep
 
@@ -55,50 +56,28 @@ def run_model(args, name: str, store) -> dict:
     grid = tuple(float(s) for s in args.sparsities.split(","))
     seeds = tuple(int(x) for x in args.seeds.split(",") if x.strip())
 
-    sweep = run_sweep(model, grid, wiki, evalc, store, seeds=seeds)
-    m = sweep["metrics"]
-    table = store.load(sweep["run_id"]).table("sweep")
-    ids = [rid for joined in table["run_ids"] for rid in joined.split(",")]
-    print(
-        f"model {name}; SliceGPT calibrated on WikiText-2 train subset {args.nsamples} x "
-        f"{args.seqlen} (seeds {list(seeds)}); eval WikiText-2 test, first {args.max_windows} "
-        f"windows of {args.seqlen}; PPL0 = {m['ppl0']:.3f}, d = {m['d']}; 95% intervals: "
-        "bootstrap over windows and seeds"
-    )
-    head = (
-        f"{'s':>5}{'s_eff':>7}{'d′':>6}{'kept':>7}{'ppl [95%]':>26}{'predicted':>11}"
-        f"{'ratio [95%]':>24}{'rel.err':>9}{'latency':>9}"
-    )
-    print(head)
-    print("-" * len(head))
-    for r in table.itertuples():
-        ppl = f"{r.ppl:.2f} [{r.ppl_lo:.2f}, {r.ppl_hi:.2f}]"
-        ratio = f"{r.ratio:.3f} [{r.ratio_lo:.3f}, {r.ratio_hi:.3f}]"
-        print(
-            f"{r.s:>5.2f}{r.s_eff:>7.3f}{r.d_prime:>6d}{r.kept_params:>7.3f}{ppl:>26}"
-            f"{r.predicted_ppl:>11.2f}{ratio:>24}{r.rel_error:>9.3f}{r.latency:>9.3f}"
-        )
-    for tag, sfx in (("nominal s", ""), ("achieved s_eff", "_eff")):
-        print(
-            f"fit against {tag}: ln PPL0/ln PPL = a(1-s) + b: "
-            f"a = {m['a' + sfx]:.4f} [{m['a_lo' + sfx]:.4f}, {m['a_hi' + sfx]:.4f}], "
-            f"b = {m['b' + sfx]:.4f} [{m['b_lo' + sfx]:.4f}, {m['b_hi' + sfx]:.4f}]; "
-            f"a = 1 and b = 0 inside the intervals: {m['predicted_inside' + sfx]}; "
-            f"verdict (equivalence, tolerance 0.1): {m['verdict' + sfx]}"
-        )
-    print(f"R^2 of the nominal fit (descriptive only): {m['r2']:.4f}")
+    try:
+        sweep = run_sweep(model, grid, wiki, evalc, store, seeds=seeds)
+    except ConfigError as exc:  # a family SliceGPT refuses (Gemma-3: norms after each block)
+        print(f"model {name}: the SliceGPT sweep is refused: {exc}")
+        table, m, ids, points = None, None, [], []
+    else:
+        m = sweep["metrics"]
+        table = store.load(sweep["run_id"]).table("sweep")
+        ids = [rid for joined in table["run_ids"] for rid in joined.split(",")]
+        print_sweep(name, args, seeds, table, m)
+        points = [
+            {
+                "series": "slicegpt",
+                "kept_params": r.kept_params,
+                "ppl": r.ppl,
+                "ppl_lo": r.ppl_lo,
+                "ppl_hi": r.ppl_hi,
+            }
+            for r in table.itertuples()
+            if r.s > 0
+        ]
 
-    points = [
-        {
-            "series": "slicegpt",
-            "kept_params": r.kept_params,
-            "ppl": r.ppl,
-            "ppl_lo": r.ppl_lo,
-            "ppl_hi": r.ppl_hi,
-        }
-        for r in table.itertuples()
-        if r.s > 0
-    ]
     for method in ("wanda", "sparsegpt"):
         for s in (float(x) for x in args.others.split(",")):
             res = run_prune(model, PruneConfig(method, s), c4, evalc, store)
@@ -136,18 +115,54 @@ def run_model(args, name: str, store) -> dict:
             f"pooled fit ratio = a·(d_eff/d) + b: a = {g['a']:.3f}, b = {g['b']:.3f}, "
             f"R^2 = {g['r2']:.3f}\n"
         )
-    return {"table": table, "metrics": m}
+    return {"table": table, "metrics": m, "refused": None if m else "SliceGPT refused"}
+
+
+def print_sweep(name: str, args, seeds, table, m: dict) -> None:
+    """One model's SliceGPT sweep table and its fits of Paper A's relation."""
+    print(
+        f"model {name}; SliceGPT calibrated on WikiText-2 train subset {args.nsamples} x "
+        f"{args.seqlen} (seeds {list(seeds)}); eval WikiText-2 test, first {args.max_windows} "
+        f"windows of {args.seqlen}; PPL0 = {m['ppl0']:.3f}, d = {m['d']}; 95% intervals: "
+        "bootstrap over windows and seeds"
+    )
+    head = (
+        f"{'s':>5}{'s_eff':>7}{'d′':>6}{'kept':>7}{'ppl [95%]':>26}{'predicted':>11}"
+        f"{'ratio [95%]':>24}{'rel.err':>9}{'latency':>9}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in table.itertuples():
+        ppl = f"{r.ppl:.2f} [{r.ppl_lo:.2f}, {r.ppl_hi:.2f}]"
+        ratio = f"{r.ratio:.3f} [{r.ratio_lo:.3f}, {r.ratio_hi:.3f}]"
+        print(
+            f"{r.s:>5.2f}{r.s_eff:>7.3f}{r.d_prime:>6d}{r.kept_params:>7.3f}{ppl:>26}"
+            f"{r.predicted_ppl:>11.2f}{ratio:>24}{r.rel_error:>9.3f}{r.latency:>9.3f}"
+        )
+    for tag, sfx in (("nominal s", ""), ("achieved s_eff", "_eff")):
+        print(
+            f"fit against {tag}: ln PPL0/ln PPL = a(1-s) + b: "
+            f"a = {m['a' + sfx]:.4f} [{m['a_lo' + sfx]:.4f}, {m['a_hi' + sfx]:.4f}], "
+            f"b = {m['b' + sfx]:.4f} [{m['b_lo' + sfx]:.4f}, {m['b_hi' + sfx]:.4f}]; "
+            f"a = 1 and b = 0 inside the intervals: {m['predicted_inside' + sfx]}; "
+            f"verdict (equivalence, tolerance 0.1): {m['verdict' + sfx]}"
+        )
+    print(f"R^2 of the nominal fit (descriptive only): {m['r2']:.4f}")
 
 
 def side_by_side(results: dict) -> None:
     """Both sweeps (perplexity and ln PPL0/ln PPL per s) and both fits, one column or row
-    per model, then whether the relation's verdict is the same on every model."""
+    per model, then whether the relation's verdict is the same on every model. A model whose
+    family SliceGPT refuses shows dashes and is left out of the comparison, which says so."""
     names = list(results)
     print("\n==== side by side ====")
     head = f"{'s':>5}" + "".join(f"{n + ' ppl':>20}{'ratio':>8}{'pred.':>11}" for n in names)
     print(head)
     print("-" * len(head))
-    grids = [{row.s: row for row in r["table"].itertuples()} for r in results.values()]
+    grids = [
+        {row.s: row for row in r["table"].itertuples()} if r["metrics"] else {}
+        for r in results.values()
+    ]
     for s in sorted(set().union(*grids)):
         cells = []
         for g in grids:
@@ -164,6 +179,9 @@ def side_by_side(results: dict) -> None:
     )
     for name, r in results.items():
         m = r["metrics"]
+        if not m:
+            print(f"{name:<16}  no fit: {r['refused']}")
+            continue
         for tag, sfx in (("s", ""), ("s_eff", "_eff")):
             a = f"{m['a' + sfx]:.4f} [{m['a_lo' + sfx]:.4f}, {m['a_hi' + sfx]:.4f}]"
             b = f"{m['b' + sfx]:.4f} [{m['b_lo' + sfx]:.4f}, {m['b_hi' + sfx]:.4f}]"
@@ -173,12 +191,19 @@ def side_by_side(results: dict) -> None:
                 f"  {m['verdict' + sfx]}"
             )
     for tag, sfx in (("nominal s", ""), ("achieved s_eff", "_eff")):
-        verdicts = {n: r["metrics"]["verdict" + sfx] for n, r in results.items()}
-        same = len(set(verdicts.values())) == 1
+        verdicts = {n: r["metrics"]["verdict" + sfx] for n, r in results.items() if r["metrics"]}
+        left_out = [n for n in results if n not in verdicts]
+        if len(verdicts) < 2:
+            same = "cannot be compared (fewer than two models have a SliceGPT fit)"
+        elif len(set(verdicts.values())) == 1:
+            same = "the same on every model with a fit"
+        else:
+            same = "differs between models"
         print(
-            f"relation verdict against {tag}: "
-            + ("the same on every model" if same else "differs between models")
-            + f" ({', '.join(f'{n}: {v}' for n, v in verdicts.items())})"
+            f"relation verdict against {tag}: {same} "
+            f"({', '.join(f'{n}: {v}' for n, v in verdicts.items()) or 'none'}"
+            + (f"; no fit: {', '.join(left_out)}" if left_out else "")
+            + ")"
         )
 
 
