@@ -27,7 +27,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from core.adapters import ModelAdapter, adapter_for
+from core.adapters import ModelAdapter, adapter_for, supported_families
 from core.errors import ConfigError, ModelLoadError
 from core.gguf_models import GGUF_MODELS, gguf_config, load_gguf_model
 
@@ -186,7 +186,8 @@ def _pretrained_config(name: str, trust_remote_code: bool, revision: str | None)
             if local.exists()
             else (
                 f"; it is not a named model ({', '.join(available_models())}), not a local "
-                "folder, and the Hugging Face Hub could not provide it (offline?)"
+                "folder, and the Hugging Face Hub could not provide it (offline?); supported "
+                f"families: {supported_families()}"
             )
         )
         raise ModelLoadError(f"model {name!r} not found{hint}: {str(exc).splitlines()[0]}") from exc

@@ -23,7 +23,7 @@ def test_both_real_models_are_offered_first() -> None:
         check_model_name(name)  # named models pass the edge check
 
 
-def test_unknown_model_id_names_the_named_models() -> None:
+def test_unknown_model_id_names_the_named_models_and_families() -> None:
     # conftest sets HF_HUB_OFFLINE: the id is neither named, local, nor reachable.
     with pytest.raises(ModelLoadError) as exc:
         load_model("no-such-org/no-such-model-15")
@@ -31,6 +31,7 @@ def test_unknown_model_id_names_the_named_models() -> None:
     assert "no-such-org/no-such-model-15" in msg
     for name in available_models():
         assert name in msg
+    assert "supported families: llama" in msg and "gemma3 (gemma3_text)" in msg
 
 
 def test_unknown_packaged_name_lists_the_packaged_models() -> None:
