@@ -27,7 +27,7 @@ from protocol import open_store, protocol_parser
 from torch import nn
 
 from core.attention import attention_errors, attention_probs
-from core.attention_compare import AttentionProbe
+from core.attention_compare import AttentionProbe, form
 from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 from core.methods.attention_gd import AttentionGD, AttentionGDOptions
 from core.methods.base import LayerContext, LinearStats
@@ -61,12 +61,13 @@ CONFIGS_ALL = {**CONFIGS, **EXTRA_CONFIGS}
 BASELINES = ("magnitude", "wanda", "sparsegpt")
 
 
-def attn_error(X, dense, pruned, geo, rope) -> float:
-    """Mean over heads of ‖P̃ − P‖_F/‖P‖_F on X (N, L, d), pooled over the sequences."""
+def attn_error(X, dense, pruned, geo, rope, qk_form=None) -> float:
+    """Mean over heads of ‖P̃ − P‖_F/‖P‖_F on X (N, L, d), pooled over the sequences;
+    ``qk_form``: the layer's family form (core.attention_compare.form)."""
     fro2 = dense2 = 0.0
     for x in X.split(2):
-        P = attention_probs(x, *dense, *geo, True, rope)
-        Pp = attention_probs(x, *pruned, *geo, True, rope)
+        P = attention_probs(x, *dense, *geo, True, rope, qk_form)
+        Pp = attention_probs(x, *pruned, *geo, True, rope, qk_form)
         fro2 = fro2 + attention_errors(P, Pp)["fro"].square()
         dense2 = dense2 + P.square().sum((0, 2, 3))
     return float((fro2 / dense2).sqrt().mean())
@@ -143,13 +144,14 @@ def main() -> None:
                     else:
                         opts = AttentionGDOptions(**CONFIGS_ALL[name], steps=args.steps, checks="none",
                                                   seed=seed)  # fmt: skip
-                        pruned, rep = gd_layer(lm, i, X, Wq, Wk, pc.rope, s, opts)
+                        pruned, rep = gd_layer(lm, i, X, Wq, Wk, pc.ropes[i], s, opts)
                         acc["agree_m"].append(rep.extra["agree_magnitude"])
                         acc["agree_w"].append(rep.extra["agree_wanda"])
                         acc["delta"].append(rep.extra["mask_delta"])
                     acc["t"].append(time.perf_counter() - t0)
-                    acc["calib"].append(attn_error(X, (Wq, Wk), pruned, geo, pc.rope))
-                    acc["held"].append(attn_error(ph.X[i], (Wq, Wk), pruned, geo, ph.rope))
+                    f = form(ad, i)
+                    acc["calib"].append(attn_error(X, (Wq, Wk), pruned, geo, pc.ropes[i], f))
+                    acc["held"].append(attn_error(ph.X[i], (Wq, Wk), pruned, geo, ph.ropes[i], f))
                 row = {k: statistics.mean(v) if v else float("nan") for k, v in acc.items()}
                 res.setdefault((name, s), []).append(row)
                 print(f"  seed {seed} {s:.0%} {name}: calib {row['calib']:.4f} held {row['held']:.4f}"
@@ -237,7 +239,7 @@ def timing(lm, chosen: str, args) -> None:
     for checks in args.timing_checks:
         opts = AttentionGDOptions(**CONFIGS_ALL[chosen], checks=checks)
         t0 = time.perf_counter()
-        _, rep = gd_layer(lm, i, pc.X[i], *pc.dense[i], pc.rope, 0.5, opts)
+        _, rep = gd_layer(lm, i, pc.X[i], *pc.dense[i], pc.ropes[i], 0.5, opts)
         print(
             f"chosen default, 8 x 256 tokens, layer {i}, 50%, checks={checks}: "
             f"{time.perf_counter() - t0:.2f} s/layer ({rep.extra['gd_steps']} steps max, "

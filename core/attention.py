@@ -12,6 +12,7 @@ in ``nn.Linear`` layout (``Wq``: (n_heads·head_dim, d), ``Wk``: (n_kv_heads·he
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -65,12 +66,39 @@ def causal_mask(length: int, device: torch.device) -> Tensor:
     return torch.ones(length, length, dtype=torch.bool, device=device).tril_()
 
 
-def masked_softmax(scores: Tensor, causal: bool) -> Tensor:
-    """Row softmax of (..., L, L) scores, restricted to j ≤ i when ``causal`` (papers.md §3 f)."""
+def masked_softmax(scores: Tensor, causal: bool, window: int | None = None) -> Tensor:
+    """Row softmax of (..., L, L) scores, restricted to j ≤ i when ``causal`` (papers.md §3 f)
+    and, with a sliding ``window``, to i − j < window (Mistral / Gemma-3 sliding layers)."""
     if causal:
         keep = causal_mask(scores.shape[-1], scores.device)
+        if window is not None:
+            keep = keep.triu_(-(window - 1))
         scores = scores.masked_fill(~keep, float("-inf"))
     return torch.softmax(scores, dim=-1)
+
+
+@dataclass(frozen=True)
+class QKForm:
+    """What a family adds to q·kᵀ/√d_h (``ModelAdapter.attention_form`` of one layer).
+
+    bq: (n_heads·head_dim,), bk: (n_kv_heads·head_dim,) biases; q_gain, k_gain: (head_dim,)
+    effective gains of per-head RMSNorms on q and k (ε ``eps``); scale: the factor of q·kᵀ;
+    window: the sliding window of the layer (None: all earlier tokens).
+    """
+
+    bq: Tensor | None = None
+    bk: Tensor | None = None
+    q_gain: Tensor | None = None
+    k_gain: Tensor | None = None
+    eps: float = 1e-6
+    scale: float | None = None
+    window: int | None = None
+
+
+def _head_norm(x: Tensor, gain: Tensor | None, eps: float) -> Tensor:
+    if gain is None:
+        return x
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * gain.to(x)
 
 
 def attention_probs(
@@ -82,8 +110,11 @@ def attention_probs(
     head_dim: int,
     causal: bool = True,
     rope: tuple[Tensor, Tensor] | None = None,
+    form: QKForm | None = None,
 ) -> Tensor:
-    """Attention matrices softmax(R(X W_{Q,h}ᵀ) R(X W_{K,g}ᵀ)ᵀ / √d_h) of every query head.
+    """Attention matrices softmax(R(X W_{Q,h}ᵀ) R(X W_{K,g}ᵀ)ᵀ / √d_h) of every query head;
+    with ``form``, q and k get the family's biases and per-head norms before RoPE, and its
+    scale and sliding window apply.
 
     X: (..., L, d). Wq: (n_heads·head_dim, d), Wk: (n_kv_heads·head_dim, d) (nn.Linear layout).
     Query head h uses key head g = h // (n_heads // n_kv_heads) (GQA, as HF ``repeat_kv``).
@@ -100,16 +131,21 @@ def attention_probs(
     dtype = compute_dtype(X)
     X = X.to(dtype)
     length = X.shape[-2]
+    form = form or QKForm()
     q = X @ Wq.to(dtype).T  # (..., L, H·dh)
     k = X @ Wk.to(dtype).T  # (..., L, KV·dh)
+    q = q if form.bq is None else q + form.bq.to(q)
+    k = k if form.bk is None else k + form.bk.to(k)
     q = q.unflatten(-1, (n_heads, head_dim)).transpose(-3, -2)  # (..., H, L, dh)
     k = k.unflatten(-1, (n_kv_heads, head_dim)).transpose(-3, -2)  # (..., KV, L, dh)
+    q, k = _head_norm(q, form.q_gain, form.eps), _head_norm(k, form.k_gain, form.eps)
     k = k.repeat_interleave(n_heads // n_kv_heads, dim=-3)  # (..., H, L, dh)
     if rope is not None:
         cos, sin = rope_tables(rope, length, dtype, X.device)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(head_dim)  # (..., H, L, L)
-    return masked_softmax(scores, causal)
+    scale = form.scale if form.scale is not None else 1.0 / math.sqrt(head_dim)
+    scores = (q @ k.transpose(-1, -2)) * scale  # (..., H, L, L)
+    return masked_softmax(scores, causal, form.window)
 
 
 def attention_errors(P_dense: Tensor, P_pruned: Tensor) -> dict[str, Tensor]:

@@ -16,21 +16,33 @@ from typing import Any
 import torch
 
 from core.adapters import ModelAdapter
-from core.attention import attention_errors, attention_probs
+from core.attention import QKForm, attention_errors, attention_probs
+
+
+def form(adapter: ModelAdapter, index: int) -> QKForm:
+    """Layer ``index``'s biases, q/k norms, scale and window, on the CPU in float32."""
+    return QKForm(**{k: v.detach().float().cpu() if isinstance(v, torch.Tensor) else v
+                     for k, v in adapter.attention_form(index).items()})  # fmt: skip
 
 
 @dataclass
 class AttentionProbe:
     """Dense references for one set of windows.
 
-    X[i]: (N, L, d) float32 q_proj input of layer i (CPU); rope: (cos, sin) (L, head_dim);
-    dense[i]: (Wq, Wk) float32 clones in nn.Linear layout.
+    X[i]: (N, L, d) float32 q_proj input of layer i (CPU); ropes[i]: (cos, sin) (L, head_dim)
+    of layer i (layers of one kind share them; None without RoPE); dense[i]: (Wq, Wk) float32
+    clones in nn.Linear layout.
     """
 
     name: str
     X: list[torch.Tensor]
-    rope: tuple[torch.Tensor, torch.Tensor] | None
+    ropes: list[tuple[torch.Tensor, torch.Tensor] | None]
     dense: list[tuple[torch.Tensor, torch.Tensor]]
+
+    @property
+    def rope(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Layer 0's RoPE tables (every layer's, for a model with one layer kind)."""
+        return self.ropes[0]
 
     @classmethod
     @torch.no_grad()
@@ -62,8 +74,13 @@ class AttentionProbe:
         L = ids.shape[1]
         pos = torch.arange(L, device=device)[None]
         hidden = torch.zeros(1, L, adapter.hidden_size, device=device)
-        rope = adapter.position_embeddings(hidden, pos)
-        rope = None if rope is None else (rope[0][0].float().cpu(), rope[1][0].float().cpu())
+        by_kind: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {}
+        for i in range(adapter.n_layers):
+            kind = adapter.layer_kind(i)
+            if kind not in by_kind:
+                rope = adapter.position_embeddings(hidden, pos, i)
+                by_kind[kind] = None if rope is None else tuple(t[0].float().cpu() for t in rope)
+        ropes = [by_kind[adapter.layer_kind(i)] for i in range(adapter.n_layers)]
         if dense is None:
             dense = [
                 tuple(
@@ -72,7 +89,7 @@ class AttentionProbe:
                 )
                 for layer in adapter.layers
             ]
-        return cls(name, [torch.cat(x) for x in X], rope, dense)  # type: ignore[arg-type]
+        return cls(name, [torch.cat(x) for x in X], ropes, dense)  # type: ignore[arg-type]
 
     @torch.no_grad()
     def errors(self, adapter: ModelAdapter, causal: bool = True) -> list[dict[str, Any]]:
@@ -82,8 +99,9 @@ class AttentionProbe:
         for i, layer in enumerate(adapter.layers):
             lin = adapter.linears(layer, ("q", "k"))
             Wq, Wk = (lin[r].weight.detach().float().cpu() for r in ("q", "k"))
-            P = attention_probs(self.X[i], *self.dense[i], *geo, causal=causal, rope=self.rope)
-            P_new = attention_probs(self.X[i], Wq, Wk, *geo, causal=causal, rope=self.rope)
+            kw = {"causal": causal, "rope": self.ropes[i], "form": form(adapter, i)}
+            P = attention_probs(self.X[i], *self.dense[i], *geo, **kw)
+            P_new = attention_probs(self.X[i], Wq, Wk, *geo, **kw)
             err = attention_errors(P, P_new)
             for h in range(adapter.n_heads):
                 rows.append(

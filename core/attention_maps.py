@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from core.attention import attention_errors, attention_probs
+from core.attention_compare import form
 from core.config import ModelSpec
 from core.errors import ConfigError
 from core.models import LoadedModel
@@ -133,9 +134,12 @@ def head_rows(mask: np.ndarray, head: int, head_dim: int) -> np.ndarray:
     return mask[head * head_dim : (head + 1) * head_dim]
 
 
-def _probs(x: PromptInput, Wq: torch.Tensor, Wk: torch.Tensor, lm: LoadedModel) -> torch.Tensor:
+def _probs(
+    x: PromptInput, Wq: torch.Tensor, Wk: torch.Tensor, lm: LoadedModel, layer: int
+) -> torch.Tensor:
     ad = lm.adapter
-    return attention_probs(x.X, Wq, Wk, ad.n_heads, ad.n_kv_heads, ad.head_dim, True, x.rope)
+    geo = (ad.n_heads, ad.n_kv_heads, ad.head_dim)
+    return attention_probs(x.X, Wq, Wk, *geo, True, x.rope, form(ad, layer))
 
 
 def attention_pair(
@@ -145,8 +149,8 @@ def attention_pair(
     pruned = stored_qk(run, layer)
     if pruned is None:
         raise ConfigError(f"run {run.id} stored no W_Q/W_K for layer {layer}")
-    dense = _probs(x, *dense_qk(lm, layer), lm)
-    return dense.numpy(), _probs(x, *pruned, lm).numpy()
+    dense = _probs(x, *dense_qk(lm, layer), lm, layer)
+    return dense.numpy(), _probs(x, *pruned, lm, layer).numpy()
 
 
 def head_errors(dense: np.ndarray, pruned: np.ndarray) -> dict[str, np.ndarray]:

@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 
-from core.adapters import resolve_roles
 from core.config import (
     CalibConfig,
     EvalConfig,
@@ -32,23 +31,12 @@ from core.config import (
 )
 from core.device import dtype_name, resolve_device, resolve_dtype
 from core.errors import ConfigError, ModelLoadError
+from core.geometry import Geometry
 from core.masks import parse_pattern
 from core.methods import get_method
-from core.methods.slicegpt import sliced_width
 from core.models import model_config
 from core.names import SLICE
-from core.runs.plan import resolve_prune_config
-
-# Which input width each role's linear reads (N:M groups run along the input dimension).
-_INPUT_WIDTH = {
-    "q": "hidden",
-    "k": "hidden",
-    "v": "hidden",
-    "gate": "hidden",
-    "up": "hidden",
-    "o": "attn",
-    "down": "intermediate",
-}
+from core.runs.plan import check_geometry, resolve_prune_config
 
 
 @dataclass(frozen=True)
@@ -183,28 +171,6 @@ def architecture(model: ModelSpec) -> Any | None:
 
 
 def check_shapes(cfg: RunConfig, arch: Any) -> None:
-    """The checks a worker would make after loading the model, made on its config."""
-    ctx = int(getattr(arch, "max_position_embeddings", 0) or 0)
-    for what, n in (("seqlen", cfg.eval.seqlen), ("calibration seqlen", cfg.calib.seqlen)):
-        if ctx and n > ctx:
-            raise ConfigError(f"{what} {n} exceeds the model's context of {ctx} tokens")
-    hidden = int(arch.hidden_size)
-    if cfg.kind == "slice":
-        sliced_width(hidden, cfg.prune.sparsity, int(dict(cfg.prune.options).get("round_to", 8)))
-        return
-    nm = parse_pattern(cfg.prune.pattern)
-    if nm is None:
-        return
-    head_dim = getattr(arch, "head_dim", None) or hidden // arch.num_attention_heads
-    widths = {
-        "hidden": hidden,
-        "attn": arch.num_attention_heads * head_dim,
-        "intermediate": int(arch.intermediate_size),
-    }
-    for role in resolve_roles(cfg.prune.targets):
-        width = widths[_INPUT_WIDTH[role]]
-        if width % nm[1]:
-            raise ConfigError(
-                f"N:M pattern {cfg.prune.pattern} needs input widths divisible by "
-                f"{nm[1]}; {role}_proj has {width}"
-            )
+    """The checks run planning makes after reading the model's config (core.runs.plan):
+    lengths, N:M widths, SliceGPT's width and whether the method serves the model's family."""
+    check_geometry(cfg, Geometry.from_config(arch))

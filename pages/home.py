@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.adapters import supported_families
 from core.gguf_models import GGUF_MODELS
 from core.models import EMBEDDED_MODEL, available_models
 from pages.common import device_info, get_store, require_frame
@@ -43,7 +44,10 @@ with col_models:
         else:
             note = " — tiny random"
         st.markdown(f"- `{name}`{note}")
-    st.caption("Any local folder or Hugging Face id of a Llama-shaped model also works.")
+    st.caption(
+        "Any local folder or Hugging Face id of a supported family also works: "
+        f"{supported_families()}."
+    )
 with col_store:
     st.subheader("Runs stored")
     runs = get_store().list()

@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from core.adapters import FAMILIES, adapter_for
+from core.attention import attention_probs
+from core.attention_compare import AttentionProbe, form
 from core.cli import main
 from core.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig
 from core.errors import ConfigError, ModelLoadError
@@ -212,6 +214,37 @@ def test_attention_gd_gradient_matches_autograd(name):
     assert ours.loss.item() == pytest.approx(ref.loss.item(), rel=1e-10)
     for a, b in ((ours.grad_q, ref.grad_q), (ours.grad_k, ref.grad_k)):
         assert ((a - b).norm() / b.norm()).item() <= 1e-8
+
+
+def test_an_unknown_qk_norm_is_refused():
+    """A q/k norm the family's adapter does not recognise (no weight) is refused, not ignored."""
+    _, ad = randomized("tiny-qwen3")
+    layer = ad.layers[0]
+    layer.self_attn.q_norm = torch.nn.LayerNorm(16, elementwise_affine=False)
+    ctx = SimpleNamespace(linears=ad.linears(layer, ("q", "k")), adapter=ad, layer=layer)
+    with pytest.raises(ConfigError, match="does not cover"):
+        head_extras(ctx, 2, 16, 0)
+
+
+@pytest.mark.parametrize("name", FAMILY_MODELS)
+def test_attention_probes_reproduce_the_models_attention(name):
+    """The attention comparisons (run metrics, the Attention page) compute every layer's
+    attention as the model does: biases, q/k norms, scale, per-kind RoPE and, on 32 tokens,
+    the 16-token sliding windows. Negative control: without the layer's form they differ
+    wherever the family adds something to q·kᵀ/√d_h."""
+    _, ad = randomized(name, dtype=torch.float64)
+    x = ids(2, L, seed=1)
+    with torch.no_grad():
+        attentions = ad.model(input_ids=x, output_attentions=True).attentions
+    probe = AttentionProbe.capture(ad, x, "probe", "cpu")
+    geo = (ad.n_heads, ad.n_kv_heads, ad.head_dim)
+    plain = True
+    for i, want in enumerate(attentions):
+        args = (probe.X[i], *probe.dense[i], *geo, True, probe.ropes[i])
+        got = attention_probs(*args, form(ad, i))
+        torch.testing.assert_close(got, want.float(), rtol=0, atol=1e-5)
+        plain &= bool(torch.allclose(attention_probs(*args), want.float(), atol=1e-5))
+    assert plain is (name in ("tiny-llama", "tiny-phi3"))  # nothing beyond q·kᵀ/√d_h
 
 
 # ---- refusals at planning --------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 and ``family_traits(config)`` answer the same from a config alone (run planning).
 """
 
-from core.adapters.base import NORM_KINDS, ModelAdapter, Traits
+from core.adapters.base import ModelAdapter
 from core.adapters.registry import (
     FAMILIES,
     adapter_class,
@@ -13,6 +13,7 @@ from core.adapters.registry import (
     supported_families,
 )
 from core.adapters.roles import ROLE_GROUPS, ROLES, SHARED_INPUT, RowSlice, resolve_roles
+from core.adapters.traits import NORM_KINDS, Traits
 
 __all__ = [
     "FAMILIES",

@@ -21,44 +21,14 @@ A family subclass overrides only what differs from Llama (core/adapters/<family>
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from core.adapters.roles import ROLES, RowSlice
+from core.adapters.traits import Traits
 from core.errors import ModelLoadError
-
-NORM_KINDS = ("rms", "rms_1p", "layernorm")  # γ·N(x); (1 + w)·N(x); LayerNorm with bias
-
-
-@dataclass(frozen=True)
-class Traits:
-    """What a family computes beyond the plain Llama form, read from its config.
-
-    norm: the norm kind (NORM_KINDS); positions: "rope", "rope_partial" (RoPE on part of
-    each head) or "learned"; pre_norm: every block reads a normed residual and adds its output
-    unnormed (SliceGPT's computational invariance needs it); post_norms: extra norms on the
-    block outputs before the residual add (Gemma-3); fused: fused projections;
-    attn_scale: the factor of q·kᵀ; sliding_window: tokens a sliding layer sees (None: all
-    layers attend globally).
-    """
-
-    family: str
-    roles: tuple[str, ...]
-    norm: str
-    positions: str
-    pre_norm: bool
-    post_norms: bool
-    qk_norm: bool
-    qkv_bias: bool
-    fused: tuple[str, ...]
-    tied: bool
-    embed_scale: float
-    attn_scale: float
-    sliding_window: int | None
-    embed_proj: bool = False  # embeddings narrower than d, projected in and out (OPT-350m)
 
 
 def _get(obj: object, paths: str) -> Any:
@@ -267,6 +237,22 @@ class ModelAdapter:
     def attention_scale(self) -> float:
         return self.traits(self.config).attn_scale
 
+    def layer_window(self, index: int) -> int | None:
+        """Tokens decoder layer ``index`` attends to (itself included), None: all earlier."""
+        if self.layer_kind(index) == "sliding_attention":
+            return self.traits(self.config).sliding_window
+        return None
+
+    def attention_form(self, index: int) -> dict[str, Any]:
+        """What layer ``index`` adds to q·kᵀ/√d_h, as ``core.attention.QKForm`` fields: q/k
+        biases, q/k norm gains and ε, the scale and the sliding window."""
+        layer = self.layers[index]
+        lin = self.linears(layer, ("q", "k"))
+        q_gain, k_gain, eps = self.qk_gains(layer)
+        bias = {r: None if lin[r].bias is None else lin[r].bias.detach() for r in ("q", "k")}
+        return {"bq": bias["q"], "bk": bias["k"], "q_gain": q_gain, "k_gain": k_gain,
+                "eps": eps, "scale": self.attention_scale, "window": self.layer_window(index)}  # fmt: skip
+
     def position_embeddings(
         self, hidden: torch.Tensor, position_ids: torch.Tensor, layer: int = 0
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -360,6 +346,12 @@ class ModelAdapter:
     def validate(self) -> None:
         """ModelLoadError with a clear message unless the model has this family's layout."""
         name = type(self.model).__name__
+        model_type = getattr(getattr(self.model, "config", None), "model_type", None)
+        if isinstance(model_type, str) and model_type not in self.model_types:
+            raise ModelLoadError(
+                f"{name} (model_type {model_type!r}) is not a {self.family} model; build "
+                "adapters with core.adapters.adapter_for, which picks the family"
+            )
         try:
             layers = self.layers
         except AttributeError:

@@ -17,7 +17,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from core.adapters.base import ModelAdapter, Traits
+from core.adapters.base import ModelAdapter
+from core.adapters.traits import Traits
 
 
 class Gemma3Adapter(ModelAdapter):

@@ -17,6 +17,11 @@ class LlamaAdapter(ModelAdapter):
     family: ClassVar[str] = "llama"
     model_types: ClassVar[tuple[str, ...]] = ("llama", "mistral")
 
+    def layer_window(self, index: int) -> int | None:
+        if self.config.model_type == "mistral":  # every layer slides
+            return self.window(self.config)
+        return super().layer_window(index)
+
     @classmethod
     def window(cls, config: Any) -> int | None:
         if config.model_type == "mistral":

@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from core.adapters.base import ModelAdapter, Traits
+from core.adapters.base import ModelAdapter
+from core.adapters.traits import Traits
 
 
 class OPTMlp(nn.Module):

@@ -11,8 +11,9 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from core.adapters.base import ModelAdapter, Traits, _get
+from core.adapters.base import ModelAdapter, _get
 from core.adapters.roles import RowSlice
+from core.adapters.traits import Traits
 
 
 class Phi3Adapter(ModelAdapter):

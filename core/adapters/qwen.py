@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from core.adapters.base import ModelAdapter, Traits
+from core.adapters.base import ModelAdapter
+from core.adapters.traits import Traits
 
 
 class Qwen2Adapter(ModelAdapter):

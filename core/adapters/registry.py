@@ -6,12 +6,13 @@ from typing import Any
 
 from torch import nn
 
-from core.adapters.base import ModelAdapter, Traits
+from core.adapters.base import ModelAdapter
 from core.adapters.gemma import Gemma3Adapter
 from core.adapters.llama import LlamaAdapter
 from core.adapters.opt import OPTAdapter
 from core.adapters.phi3 import Phi3Adapter
 from core.adapters.qwen import Qwen2Adapter, Qwen3Adapter
+from core.adapters.traits import Traits
 from core.errors import ModelLoadError
 
 # One adapter class per family, in the order listings show them.

@@ -105,7 +105,11 @@ def family_roles(geo: Geometry, targets: str) -> tuple[str, ...]:
 
 def check_run(cfg: RunConfig) -> None:
     """Every size ``cfg`` depends on, against its model's geometry (no weights loaded)."""
-    geo = geometry(cfg.model)
+    check_geometry(cfg, geometry(cfg.model))
+
+
+def check_geometry(cfg: RunConfig, geo: Geometry) -> None:
+    """``check_run`` against a given geometry (sweeps read it once for the whole grid)."""
     if cfg.kind != ZEROSHOT:
         check_seqlen(geo, cfg.eval.seqlen)
     if cfg.calib is not None:
