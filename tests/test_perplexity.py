@@ -57,7 +57,7 @@ def test_chunked_scoring_matches_full_logits(tiny, monkeypatch):
         full = window_nll(tiny.model(input_ids=windows).logits, windows)
     monkeypatch.setattr(perplexity, "LOGIT_CHUNK", 7)  # chunks that straddle windows
     with torch.no_grad():
-        chunked = perplexity._window_nll_chunked(tiny.model, windows)
+        chunked = perplexity._window_nll_chunked(tiny.adapter, windows)
     assert torch.allclose(full, chunked, atol=1e-5)
 
 
