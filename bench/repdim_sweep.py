@@ -1,15 +1,18 @@
 """Representation dimension: SliceGPT sweep against Paper A's relation, and the effective
 dimension of Wanda / SparseGPT models.
 
-    python bench/repdim_sweep.py [--sparsities 0,0.1,...,0.6] [--seeds 42,0,1] [--store DIR]
+    python bench/repdim_sweep.py [--models smollm2-135m,gemma3-270m] [--sparsities 0,0.1,...,0.6]
+                                 [--seeds 42,0,1] [--store DIR]
 
-Protocol (issue #4): the embedded model; SliceGPT calibrated on 32 x 512 tokens of the
+Protocol (issue #4), the same for every model of ``--models`` (default: ``--model``, the
+embedded model; issue #15 runs it on SmolLM2-135M and Gemma-3-270M): SliceGPT calibrated on 32 x 512 tokens of the
 WikiText-2 train subset (seeds 42, 0, 1: the intervals resample them); Wanda / SparseGPT calibrated on 32 x 512 tokens of the C4
 train head (seed 0) at 30/50/70% unstructured; evaluation on the first 64 windows of 512
 tokens of WikiText-2 test. Prints the sweep table (d′, kept parameters,
 perplexity and ln PPL0/ln PPL with 95% intervals, the paper's prediction), a and b with their
 intervals against s and s_eff and the verdicts that read them, perplexity at matched kept
-parameters, and every run's pre-registered effective dimension with its interval.
+parameters, and every run's pre-registered effective dimension with its interval; with
+several models, then both sweeps and both fits side by side and whether the verdicts agree.
 """
 
 from __future__ import annotations
@@ -19,18 +22,32 @@ from protocol import open_store, protocol_parser
 
 def main() -> None:
     ap = protocol_parser(__doc__, nsamples=32, seqlen=512, max_windows=64)
+    ap.add_argument("--models", default=None, help="comma-separated models (default: --model)")
     ap.add_argument("--sparsities", default="0,0.1,0.2,0.3,0.4,0.5,0.6")
     ap.add_argument("--seeds", default="42,0,1", help="SliceGPT calibration seeds")
     ap.add_argument("--others", default="0.3,0.5,0.7", help="Wanda/SparseGPT sparsities")
     args = ap.parse_args()
+    models = [m.strip() for m in (args.models or args.model).split(",") if m.strip()]
 
+    store = open_store(args, "repdim-")
+    results = {}
+    for name in models:
+        print(f"\n==== {name} ====")
+        results[name] = run_model(args, name, store)
+    if len(results) > 1:
+        side_by_side(results)
+
+
+def run_model(args, name: str, store) -> dict:
+    """The whole protocol on one model; prints its sections, returns its sweep table and
+    fit metrics for the side-by-side comparison."""
     from core.budget import matched_table, winner
     from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
+    from core.errors import ConfigError
     from core.names import EFFDIM_KEY
     from core.runs import effdim_report, run_prune, run_sweep
 
-    store = open_store(args, "repdim-")
-    model = ModelSpec(args.model)
+    model = ModelSpec(name)
     evalc = EvalConfig(DataSpec("wikitext2", "test", args.data_dir), args.seqlen, args.max_windows)
     wiki = CalibConfig(
         DataSpec("wikitext2", "train", args.data_dir), args.nsamples, args.seqlen, 42
@@ -39,52 +56,30 @@ def main() -> None:
     grid = tuple(float(s) for s in args.sparsities.split(","))
     seeds = tuple(int(x) for x in args.seeds.split(",") if x.strip())
 
-    sweep = run_sweep(model, grid, wiki, evalc, store, seeds=seeds)
-    m = sweep["metrics"]
-    table = store.load(sweep["run_id"]).table("sweep")
-    ids = [rid for joined in table["run_ids"] for rid in joined.split(",")]
-    print(
-        f"model {args.model}; SliceGPT calibrated on WikiText-2 train subset {args.nsamples} x "
-        f"{args.seqlen} (seeds {list(seeds)}); eval WikiText-2 test, first {args.max_windows} "
-        f"windows of {args.seqlen}; PPL0 = {m['ppl0']:.3f}, d = {m['d']}; 95% intervals: "
-        "bootstrap over windows and seeds"
-    )
-    head = (
-        f"{'s':>5}{'s_eff':>7}{'d′':>6}{'kept':>7}{'ppl [95%]':>26}{'predicted':>11}"
-        f"{'ratio [95%]':>24}{'rel.err':>9}{'latency':>9}"
-    )
-    print(head)
-    print("-" * len(head))
-    for r in table.itertuples():
-        ppl = f"{r.ppl:.2f} [{r.ppl_lo:.2f}, {r.ppl_hi:.2f}]"
-        ratio = f"{r.ratio:.3f} [{r.ratio_lo:.3f}, {r.ratio_hi:.3f}]"
-        print(
-            f"{r.s:>5.2f}{r.s_eff:>7.3f}{r.d_prime:>6d}{r.kept_params:>7.3f}{ppl:>26}"
-            f"{r.predicted_ppl:>11.2f}{ratio:>24}{r.rel_error:>9.3f}{r.latency:>9.3f}"
-        )
-    for tag, sfx in (("nominal s", ""), ("achieved s_eff", "_eff")):
-        print(
-            f"fit against {tag}: ln PPL0/ln PPL = a(1-s) + b: "
-            f"a = {m['a' + sfx]:.4f} [{m['a_lo' + sfx]:.4f}, {m['a_hi' + sfx]:.4f}], "
-            f"b = {m['b' + sfx]:.4f} [{m['b_lo' + sfx]:.4f}, {m['b_hi' + sfx]:.4f}]; "
-            f"a = 1 and b = 0 inside the intervals: {m['predicted_inside' + sfx]}; "
-            f"verdict (equivalence, tolerance 0.1): {m['verdict' + sfx]}"
-        )
-    print(f"R^2 of the nominal fit (descriptive only): {m['r2']:.4f}")
-    if args.model in REFERENCE_MODELS:
-        reference_table(args, model, c4, evalc, store)
+    try:
+        sweep = run_sweep(model, grid, wiki, evalc, store, seeds=seeds)
+    except ConfigError as exc:  # a family SliceGPT refuses (Gemma-3: norms after each block)
+        print(f"model {name}: the SliceGPT sweep is refused: {exc}")
+        table, m, ids, points = None, None, [], []
+    else:
+        m = sweep["metrics"]
+        table = store.load(sweep["run_id"]).table("sweep")
+        ids = [rid for joined in table["run_ids"] for rid in joined.split(",")]
+        print_sweep(name, args, seeds, table, m)
+        if name in REFERENCE_MODELS:
+            reference_table(args, model, c4, evalc, store)
+        points = [
+            {
+                "series": "slicegpt",
+                "kept_params": r.kept_params,
+                "ppl": r.ppl,
+                "ppl_lo": r.ppl_lo,
+                "ppl_hi": r.ppl_hi,
+            }
+            for r in table.itertuples()
+            if r.s > 0
+        ]
 
-    points = [
-        {
-            "series": "slicegpt",
-            "kept_params": r.kept_params,
-            "ppl": r.ppl,
-            "ppl_lo": r.ppl_lo,
-            "ppl_hi": r.ppl_hi,
-        }
-        for r in table.itertuples()
-        if r.s > 0
-    ]
     for method in ("wanda", "sparsegpt"):
         for s in (float(x) for x in args.others.split(",")):
             res = run_prune(model, PruneConfig(method, s), c4, evalc, store)
@@ -121,6 +116,96 @@ def main() -> None:
         print(
             f"pooled fit ratio = a·(d_eff/d) + b: a = {g['a']:.3f}, b = {g['b']:.3f}, "
             f"R^2 = {g['r2']:.3f}\n"
+        )
+    return {"table": table, "metrics": m, "refused": None if m else "SliceGPT refused"}
+
+
+def print_sweep(name: str, args, seeds, table, m: dict) -> None:
+    """One model's SliceGPT sweep table and its fits of Paper A's relation."""
+    print(
+        f"model {name}; SliceGPT calibrated on WikiText-2 train subset {args.nsamples} x "
+        f"{args.seqlen} (seeds {list(seeds)}); eval WikiText-2 test, first {args.max_windows} "
+        f"windows of {args.seqlen}; PPL0 = {m['ppl0']:.3f}, d = {m['d']}; 95% intervals: "
+        "bootstrap over windows and seeds"
+    )
+    head = (
+        f"{'s':>5}{'s_eff':>7}{'d′':>6}{'kept':>7}{'ppl [95%]':>26}{'predicted':>11}"
+        f"{'ratio [95%]':>24}{'rel.err':>9}{'latency':>9}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in table.itertuples():
+        ppl = f"{r.ppl:.2f} [{r.ppl_lo:.2f}, {r.ppl_hi:.2f}]"
+        ratio = f"{r.ratio:.3f} [{r.ratio_lo:.3f}, {r.ratio_hi:.3f}]"
+        print(
+            f"{r.s:>5.2f}{r.s_eff:>7.3f}{r.d_prime:>6d}{r.kept_params:>7.3f}{ppl:>26}"
+            f"{r.predicted_ppl:>11.2f}{ratio:>24}{r.rel_error:>9.3f}{r.latency:>9.3f}"
+        )
+    for tag, sfx in (("nominal s", ""), ("achieved s_eff", "_eff")):
+        print(
+            f"fit against {tag}: ln PPL0/ln PPL = a(1-s) + b: "
+            f"a = {m['a' + sfx]:.4f} [{m['a_lo' + sfx]:.4f}, {m['a_hi' + sfx]:.4f}], "
+            f"b = {m['b' + sfx]:.4f} [{m['b_lo' + sfx]:.4f}, {m['b_hi' + sfx]:.4f}]; "
+            f"a = 1 and b = 0 inside the intervals: {m['predicted_inside' + sfx]}; "
+            f"verdict (equivalence, tolerance 0.1): {m['verdict' + sfx]}"
+        )
+    print(f"R^2 of the nominal fit (descriptive only): {m['r2']:.4f}")
+
+
+def side_by_side(results: dict) -> None:
+    """Both sweeps (perplexity and ln PPL0/ln PPL per s) and both fits, one column or row
+    per model, then whether the relation's verdict is the same on every model. A model whose
+    family SliceGPT refuses shows dashes and is left out of the comparison, which says so."""
+    names = list(results)
+    print("\n==== side by side ====")
+    head = f"{'s':>5}" + "".join(f"{n + ' ppl':>20}{'ratio':>8}{'pred.':>11}" for n in names)
+    print(head)
+    print("-" * len(head))
+    grids = [
+        {row.s: row for row in r["table"].itertuples()} if r["metrics"] else {}
+        for r in results.values()
+    ]
+    for s in sorted(set().union(*grids)):
+        cells = []
+        for g in grids:
+            r = g.get(s)
+            cells.append(
+                f"{r.ppl:>20.2f}{r.ratio:>8.3f}{r.predicted_ppl:>11.2f}"
+                if r is not None
+                else f"{'-':>20}{'-':>8}{'-':>11}"
+            )
+        print(f"{s:>5.2f}" + "".join(cells))
+    print(
+        f"\n{'model':<16}{'d':>5}{'PPL0':>9}{'fit':>6}{'a [95%]':>28}{'b [95%]':>28}"
+        f"{'R^2':>8}  verdict"
+    )
+    for name, r in results.items():
+        m = r["metrics"]
+        if not m:
+            print(f"{name:<16}  no fit: {r['refused']}")
+            continue
+        for tag, sfx in (("s", ""), ("s_eff", "_eff")):
+            a = f"{m['a' + sfx]:.4f} [{m['a_lo' + sfx]:.4f}, {m['a_hi' + sfx]:.4f}]"
+            b = f"{m['b' + sfx]:.4f} [{m['b_lo' + sfx]:.4f}, {m['b_hi' + sfx]:.4f}]"
+            r2 = f"{m['r2']:.4f}" if not sfx else "-"
+            print(
+                f"{name:<16}{m['d']:>5}{m['ppl0']:>9.3f}{tag:>6}{a:>28}{b:>28}{r2:>8}"
+                f"  {m['verdict' + sfx]}"
+            )
+    for tag, sfx in (("nominal s", ""), ("achieved s_eff", "_eff")):
+        verdicts = {n: r["metrics"]["verdict" + sfx] for n, r in results.items() if r["metrics"]}
+        left_out = [n for n in results if n not in verdicts]
+        if len(verdicts) < 2:
+            same = "cannot be compared (fewer than two models have a SliceGPT fit)"
+        elif len(set(verdicts.values())) == 1:
+            same = "the same on every model with a fit"
+        else:
+            same = "differs between models"
+        print(
+            f"relation verdict against {tag}: {same} "
+            f"({', '.join(f'{n}: {v}' for n, v in verdicts.items()) or 'none'}"
+            + (f"; no fit: {', '.join(left_out)}" if left_out else "")
+            + ")"
         )
 
 

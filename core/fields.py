@@ -17,6 +17,7 @@ from typing import Any
 from core.config import DATASETS
 from core.errors import ConfigError
 from core.methods import available_methods
+from core.models import available_models
 from core.zeroshot_tasks import TASK_NAMES
 
 FLAG, INT, FLOAT, CHOICE, LIST, TEXT = "flag", "int", "float", "choice", "list", "text"
@@ -50,7 +51,7 @@ MODEL = _group(
     Field(
         "model",
         "Model",
-        "smollm2-135m (embedded default), tiny-llama, a local folder or a HF id",
+        f"a named model ({', '.join(available_models())}), a local folder or a HF id",
         "smollm2-135m",
     ),
     Field("device", "Device", "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N, mps", "auto"),

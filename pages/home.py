@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from core.adapters import supported_families
+from core.gguf_models import GGUF_MODELS
 from core.models import EMBEDDED_MODEL, available_models
 from pages.common import device_info, get_store, require_frame
 
@@ -37,7 +38,11 @@ with col_dev:
 with col_models:
     st.subheader("Models")
     for name in available_models():
-        note = " — embedded default (SmolLM2-135M)" if name == EMBEDDED_MODEL else " — tiny random"
+        if name in GGUF_MODELS:
+            default = ", embedded default" if name == EMBEDDED_MODEL else ""
+            note = f" — {GGUF_MODELS[name].title}{default}"
+        else:
+            note = " — tiny random"
         st.markdown(f"- `{name}`{note}")
     st.caption(
         "Any local folder or Hugging Face id of a supported family also works: "

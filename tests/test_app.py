@@ -204,6 +204,7 @@ def test_home_page_says_what_device_and_models(store_root) -> None:
     assert "PruneScope prunes" in body
     assert ("CPU" in body and "slower" in body) or "GPU" in body
     assert "smollm2-135m" in body and body.index("smollm2-135m") < body.index("tiny-llama")
+    assert "gemma3-270m" in body and "Gemma-3-270M" in body  # the second real model (#15)
     formulas = texts(at.latex)
     assert r"\operatorname{RMSNorm}" in formulas and r"1 - s" in formulas
     assert r"\tfrac12 \lambda" in formulas and r"\eta \nabla L" in formulas
@@ -220,6 +221,7 @@ def test_pages_render_on_an_empty_store(store_root, page) -> None:
 # ---- pages with stored runs ------------------------------------------------------------------------------
 def test_prune_page_shows_a_stored_result(filled_store) -> None:
     at = open_page("prune")
+    assert "gemma3-270m" in at.selectbox(key="model").options  # both real models offered
     at.selectbox(key="result_run").set_value(filled_store["wanda"])
     at.run()
     assert "dense perplexity" in [m.label for m in at.metric]
