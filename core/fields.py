@@ -11,34 +11,24 @@ ordinary values, so a preset gives the same run id from the CLI and the app.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 from core.config import DATASETS
 from core.errors import ConfigError
+from core.field import (
+    CHOICE,
+    FLAG,
+    FLOAT,
+    INT,
+    LIST,
+    PATTERNS,
+    TARGETS,
+    TEXT,
+    Field,
+)
 from core.methods import available_methods
+from core.sweep_fields import SWEEP_GRID, method_list, sweep_reference
 from core.zeroshot_tasks import TASK_NAMES
-
-FLAG, INT, FLOAT, CHOICE, LIST, TEXT = "flag", "int", "float", "choice", "list", "text"
-
-
-@dataclass(frozen=True)
-class Field:
-    """One setting: ``name`` is its key in a values dict and its flag (--name, _ as -)."""
-
-    name: str
-    label: str
-    help: str
-    default: Any = None
-    kind: str = TEXT
-    choices: tuple[Any, ...] | None = None
-    range: tuple[float, float] | None = None  # inclusive bounds of a number
-    group: str = ""
-    config: bool = True  # False: how to run it (save, force), not part of the run id
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
 
 
 def _group(group: str, *fields: Field) -> tuple[Field, ...]:
@@ -53,15 +43,37 @@ MODEL = _group(
         "smollm2-135m (embedded default), tiny-llama, a local folder or a HF id",
         "smollm2-135m",
     ),
-    Field("device", "Device", "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N, mps", "auto"),
+    Field(
+        "device",
+        "Device",
+        "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N, mps",
+        "auto",
+        TEXT,
+        ("auto", "cpu", "cuda", "mps"),
+    ),
     Field(
         "dtype",
-        "Dtype",
+        "Number precision",
         "auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16",
         "auto",
+        CHOICE,
+        ("auto", "float32", "bfloat16", "float16"),
+        advanced=True,
     ),
-    Field("trust_remote_code", "Trust remote code", "allow model code from the Hub", False, FLAG),
-    Field("revision", "Revision", "model revision on the Hub"),
+    Field(
+        "trust_remote_code",
+        "Run the model's own code from the Hub",
+        "allow model code from the Hub",
+        False,
+        FLAG,
+        advanced=True,
+    ),
+    Field(
+        "revision",
+        "Hub revision (branch, tag or commit)",
+        "model revision on the Hub",
+        advanced=True,
+    ),
 )
 
 _DATA_DIR = Field(
@@ -69,13 +81,14 @@ _DATA_DIR = Field(
     "Data folder",
     "local data folder in the shared/data layout (default: $PRUNESCOPE_DATA_DIR or "
     "../shared/data when present, else the Hugging Face Hub)",
+    advanced=True,
 )
 _CORPUS_HELP = f"{', '.join(DATASETS)} (pydoc: offline, stdlib) or file:<path>"
 EVAL_DATASET = Field("dataset", "Evaluation corpus", _CORPUS_HELP, "wikitext2")
 EVAL = _group(
     "evaluation",
     EVAL_DATASET,
-    Field("split", "Split", "test (wikitext2), validation (c4)"),
+    Field("split", "Evaluation split", "test (wikitext2), validation (c4)", advanced=True),
     _DATA_DIR,
     Field(
         "seqlen",
@@ -93,7 +106,15 @@ EVAL = _group(
         INT,
         range=(1, 10**7),
     ),
-    Field("batch_size", "Batch size", "evaluation windows per forward", 4, INT, range=(1, 4096)),
+    Field(
+        "batch_size",
+        "Windows per forward",
+        "evaluation windows per forward",
+        4,
+        INT,
+        range=(1, 4096),
+        advanced=True,
+    ),
 )
 CALIB = _group(
     "calibration",
@@ -114,7 +135,23 @@ CALIB = _group(
         INT,
         range=(2, 131072),
     ),
-    Field("seed", "Seed", "sampler seed (default 0; 42 for SliceGPT)", 0, INT),
+    Field(
+        "seed",
+        "Calibration seed",
+        "sampler seed (default 0; 42 for SliceGPT)",
+        0,
+        INT,
+        range=(0, 2**31 - 1),
+        advanced=True,
+    ),
+)
+_TARGETS = Field(
+    "targets",
+    "Targets",
+    "all, attention, mlp, qk, or roles like q,k,v",
+    "all",
+    TEXT,
+    TARGETS,
 )
 _OPTION = Field(
     "option",
@@ -141,8 +178,15 @@ PRUNE = _group(
         FLOAT,
         range=(0.0, 0.99),
     ),
-    Field("pattern", "Pattern", "unstructured or N:M (2:4, 4:8, ...)", "unstructured"),
-    Field("targets", "Targets", "all, attention, mlp, qk, or roles like q,k,v", "all"),
+    Field(
+        "pattern",
+        "Pattern",
+        "unstructured or N:M (2:4, 4:8, ...)",
+        "unstructured",
+        TEXT,
+        PATTERNS,
+    ),
+    _TARGETS,
     Field(
         "allocation",
         "Allocation",
@@ -151,8 +195,24 @@ PRUNE = _group(
         CHOICE,
         ("uniform", "owl"),
     ),
-    Field("owl_lambda", "OWL λ", "OWL: sparsities span target ± λ", 0.08, FLOAT),
-    Field("owl_m", "OWL M", "OWL: outliers are scores above M × their mean", 5.0, FLOAT),
+    Field(
+        "owl_lambda",
+        "OWL: layer sparsities span target ± λ",
+        "OWL: sparsities span target ± λ",
+        0.08,
+        FLOAT,
+        range=(0.0, 0.5),
+        advanced=True,
+    ),
+    Field(
+        "owl_m",
+        "OWL: outliers are scores above M × mean",
+        "OWL: outliers are scores above M × their mean",
+        5.0,
+        FLOAT,
+        range=(1.0, 100.0),
+        advanced=True,
+    ),
     _OPTION,
     Field("save", "Save to", "save the pruned model (save_pretrained) in DIR", config=False),
     Field(
@@ -195,25 +255,12 @@ SLICE = _group(
 )
 SWEEP = _group(
     "sweep",
-    Field(
-        "method",
-        "Method",
-        "comma list of methods; slicegpt alone is the representation-dimension sweep with "
-        "Paper A's relation, any other list a grid sweep (core.sweeps)",
-        "slicegpt",
-        TEXT,
-    ),
-    Field("sparsities", "Sparsities", "comma list of s", "0,0.1,0.2,0.3,0.4,0.5,0.6"),
-    Field(
-        "seeds",
-        "Calibration seeds",
-        "comma list of calibration seeds, one run per point and seed; intervals resample "
-        "them (empty: --seed alone)",
-        "",
-        TEXT,
-    ),
+    *SWEEP_GRID,
+    _TARGETS,
     dataclasses.replace(
-        _OPTION, help="round_to=8, damp=0.01, slice_head=false, orientation=pca|random"
+        _OPTION,
+        help="KEY=VALUE for every method of the sweep, METHOD.KEY=VALUE for one "
+        "(sparsegpt.percdamp=0.02; slicegpt: round_to=8, damp=0.01, orientation=pca|random)",
     ),
 )
 ZEROSHOT_MODEL = (
@@ -240,6 +287,14 @@ _SLICEGPT_CALIB = {
     },
     "seed": {"default": 42},
 }
+# A sweep's calibration follows its methods' reference protocol (``sweep_reference``).
+_SWEEP_CALIB = {
+    "calib": {
+        "default": None,
+        "help": "calibration corpus (default: c4 train; wikitext2 train for slicegpt alone)",
+    },
+    "seed": {"default": None, "help": "sampler seed (default 0; 42 for slicegpt alone)"},
+}
 _EVAL_FLAG = {"dataset": {"name": "eval"}}
 
 # command -> its fields, in the order the CLI lists them and the app draws them
@@ -256,7 +311,7 @@ COMMANDS: dict[str, tuple[Field, ...]] = {
     "sweep": (
         *MODEL,
         *SWEEP,
-        *_with(CALIB, **_SLICEGPT_CALIB),
+        *_with(CALIB, **_SWEEP_CALIB),
         *_with(EVAL, **_EVAL_FLAG),
         *ZEROSHOT,
     ),
@@ -282,6 +337,15 @@ def defaults(command: str, preset: str = "reference") -> dict[str, Any]:
     """Every field of ``command`` at its default, with a preset's values on top."""
     values = {f.name: f.default for f in command_fields(command)}
     return {**values, **{k: v for k, v in PRESETS[preset].items() if k in values}}
+
+
+def sweep_defaults(methods: Any, preset: str = "reference") -> dict[str, Any]:
+    """The sweep command's defaults for these methods (calibration by ``sweep_reference``)."""
+    return {
+        **defaults("sweep", preset),
+        "method": ",".join(method_list(methods)),
+        **sweep_reference(methods),
+    }
 
 
 def app_preset(device_type: str | None) -> str:

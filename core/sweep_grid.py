@@ -66,6 +66,8 @@ class SweepSpec:
     targets: str = "all"
     options: tuple[tuple[str, Any], ...] = ()  # applied to every method of the grid
     zeroshot: ZeroShotConfig | None = None
+    # (method, options) pairs: one method's own options, on top of ``options``
+    method_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
 
     def __post_init__(self) -> None:
         for axis in ("methods", "sparsities", "patterns", "allocations", "seeds"):
@@ -122,6 +124,12 @@ def resolve_model_for(spec: ModelSpec, device: str | None = None) -> ModelSpec:
     )
 
 
+def point_options(spec: SweepSpec, method: str) -> tuple[tuple[str, Any], ...]:
+    """The grid's shared options with ``method``'s own on top."""
+    own = dict(dict(spec.method_options).get(method, ()))
+    return tuple(sorted({**dict(spec.options), **own}.items()))
+
+
 def plan_point(
     spec: SweepSpec, model: ModelSpec, p: dict[str, Any]
 ) -> RunConfig:  # the same config pipeline.plan_prune / slicing.plan_slice build
@@ -132,7 +140,7 @@ def plan_point(
             p["pattern"],
             spec.targets,
             p["allocation"],
-            options=spec.options,
+            options=point_options(spec, p["method"]),
         )
     )
     calib = dataclasses.replace(spec.calib, seed=p["seed"])
