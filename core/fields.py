@@ -21,6 +21,7 @@ from core.field import (
     FLOAT,
     INT,
     LIST,
+    MULTI,
     PATTERNS,
     TARGETS,
     TEXT,
@@ -229,7 +230,11 @@ ZEROSHOT = _group(
     Field(
         "tasks",
         "Zero-shot tasks",
-        f"comma list of {', '.join(TASK_NAMES)}, or all (default: none, perplexity only)",
+        f"comma list of {', '.join(TASK_NAMES)}, or all (default: none, perplexity only); "
+        "accuracy beside perplexity, scored as lm-evaluation-harness scores it",
+        None,
+        MULTI,
+        TASK_NAMES,
     ),
     Field("limit", "Items per task", "first N items of each task", None, INT, range=(1, 10**6)),
 )

@@ -23,7 +23,7 @@ from core.config import (
 )
 from core.data import default_data_dir
 from core.errors import ConfigError
-from core.field import FLOAT, INT, LIST, MULTI, Field, method_list
+from core.field import FLAG, FLOAT, INT, LIST, MULTI, Field, method_list
 from core.fields import command_fields, defaults, sweep_reference
 from core.models import check_model_name
 from core.runs import RunOptions, plan_eval, plan_prune, plan_slice, plan_sweep, plan_zeroshot
@@ -66,6 +66,28 @@ def values_of(command: str, given: Mapping[str, Any]) -> dict[str, Any]:
         ref = sweep_reference(values["method"])
         values.update({k: ref[k] for k in ("calib", "seed") if values[k] is None})
     return values
+
+
+def to_argv(command: str, given: Mapping[str, Any]) -> list[str]:
+    """The CLI flags that give these values (defaults left out): what the app's background
+    jobs run and show as the command line."""
+    fields = {f.name: f for f in command_fields(command)}
+    base = defaults(command)
+    argv: list[str] = []
+    for name, raw in given.items():
+        f = fields.get(name)
+        if f is None or not f.config:
+            continue
+        value = _typed(f, raw)
+        if value in (None, "") or value == base[name] or (f.kind == LIST and not value):
+            continue
+        if f.kind == FLAG:
+            argv += [f.flag] if value else []
+        elif f.kind == LIST:
+            argv += [x for item in value for x in (f.flag, str(item))]
+        else:
+            argv += [f.flag, str(value)]
+    return argv
 
 
 def parse_options(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
