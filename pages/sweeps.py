@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 
 from core import jobs
@@ -16,12 +15,14 @@ from core.figures.sweeps import accuracy_curves, sweep_curves
 from core.jobs.sweep import (
     GRID_STATES,
     SweepStatus,
+    cell_grid,
     grid_table,
     plan_sweep_job,
     start_sweep_job,
     sweep_jobs,
     sweep_status,
 )
+from core.names import PRUNED_KINDS
 from core.sweep_fields import SWEEP_GRID
 from pages.common import (
     current_job,
@@ -118,7 +119,7 @@ def sweep_form(running: bool) -> dict[str, Any] | None:
 def estimate(values: dict[str, Any]) -> tuple[float, str]:
     planned = {k: ("pydoc" if v == UPLOAD else v) for k, v in values.items()}
     plan = plan_sweep_job(store, planned)
-    points = [c for c in plan.configs if c.kind in ("prune", "slice")]
+    points = [c for c in plan.configs if c.kind in PRUNED_KINDS]
     stored = {r.id for r in store.list(status="done")}
     todo = sum(1 for c in points if c.run_id not in stored)
     speed = speed_for(store, device_type(plan.configs[0].model))
@@ -128,22 +129,6 @@ def estimate(values: dict[str, Any]) -> tuple[float, str]:
 
 
 # ---- live grid -----------------------------------------------------------------------------------
-def grid_frame(cells: pd.DataFrame) -> pd.DataFrame:
-    """Cells as a grid: one row per (method, pattern, allocation, seed), one column per s."""
-    points = cells[cells["kind"].isin(("prune", "slice"))]
-    if points.empty:
-        return pd.DataFrame()
-    grid = points.assign(
-        state=points["state"].map(ICONS), s=points["sparsity"].map(lambda x: f"s={x:g}")
-    ).pivot_table(
-        index=["method", "pattern", "allocation", "seed"],
-        columns="s",
-        values="state",
-        aggfunc="first",
-    )
-    return grid.reset_index()
-
-
 def show_grid(status: SweepStatus) -> None:
     counts = status.counts()
     total = len(status.cells)
@@ -152,7 +137,7 @@ def show_grid(status: SweepStatus) -> None:
     cols = st.columns(len(GRID_STATES))
     for col, state in zip(cols, GRID_STATES, strict=True):
         col.metric(state, counts[state])
-    dense = status.cells[~status.cells["kind"].isin(("prune", "slice"))]
+    dense = status.cells[~status.cells["kind"].isin(PRUNED_KINDS)]
     if not dense.empty:
         st.caption(
             "Dense baselines: "
@@ -160,7 +145,7 @@ def show_grid(status: SweepStatus) -> None:
                 f"{k} {ICONS[s]}" for k, s in zip(dense["kind"], dense["state"], strict=True)
             )
         )
-    st.dataframe(grid_frame(status.cells), hide_index=True, key=f"grid_{status.job_id}")
+    st.dataframe(cell_grid(status.cells, ICONS), hide_index=True, key=f"grid_{status.job_id}")
 
 
 @st.fragment(run_every=1.0)

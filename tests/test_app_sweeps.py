@@ -7,21 +7,23 @@ from __future__ import annotations
 
 import shlex
 import time
-from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
+from test_app import open_page, texts
+from test_app import widget_of as widget
 
 from core import fields, requests
 from core.cli import build_parser, field_values
 from core.figures.sweeps import DENSE as FIGURE_DENSE
-from core.jobs.sweep import sweep_status
+from core.figures.sweeps import accuracy_curves, sweep_curves
+from core.jobs.sweep import cell_grid, sweep_status
 from core.option_fields import all_option_fields, option_pairs
 from core.store import RunStore
 from core.sweep_grid import resolve_grid
 from core.sweeps import DENSE
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
 SHARED = ("model", "device", "calib", "eval", "nsamples", "calib_seqlen", "seqlen", "tasks")
 PRUNE_KEY = {"max_windows": "windows"}
 TINY = {
@@ -34,28 +36,6 @@ TINY = {
     "seqlen": 32,
     "max_windows": 2,
 }
-
-
-def open_page(name: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page(f"pages/{name}.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def widget(at: AppTest, key: str):
-    for kind in (at.selectbox, at.radio, at.number_input, at.multiselect, at.text_input):
-        try:
-            return kind(key=key)
-        except KeyError:
-            continue
-    raise KeyError(key)
-
-
-def texts(elements) -> str:
-    return "\n".join(str(e.value) for e in elements)
 
 
 def command_line(at: AppTest) -> list[str]:
@@ -214,3 +194,63 @@ def test_cancel_stops_the_sweep_and_keeps_finished_points(store) -> None:
     assert "cancelled" in texts(at.warning)
     assert [r for r in store.list() if r.status == "running"] == []
     assert (status.cells["state"] == "queued").any()  # the rest never started
+
+
+# ---- pure pieces ---------------------------------------------------------------------------------
+def test_curves_show_the_seed_spread_and_the_dense_level() -> None:
+    rows = [
+        {
+            "method": DENSE,
+            "pattern": "-",
+            "allocation": "-",
+            "sparsity": 0.0,
+            "n_seeds": 1,
+            "ppl_mean": 10.0,
+            "ppl_std": None,
+            "acc_mean": None,
+            "acc_std": None,
+        },
+        {
+            "method": "wanda",
+            "pattern": "unstructured",
+            "allocation": "uniform",
+            "sparsity": 0.5,
+            "n_seeds": 3,
+            "ppl_mean": 20.0,
+            "ppl_std": 2.0,
+            "acc_mean": None,
+            "acc_std": None,
+        },
+        {
+            "method": "wanda",
+            "pattern": "2:4",
+            "allocation": "uniform",
+            "sparsity": 0.5,
+            "n_seeds": 1,
+            "ppl_mean": 30.0,
+            "ppl_std": None,
+            "acc_mean": None,
+            "acc_std": None,
+        },
+    ]
+    fig = sweep_curves(pd.DataFrame(rows))
+    names = [t.name for t in fig.data]
+    assert names == ["wanda", "wanda 2:4", "dense 10"]
+    assert list(fig.data[0].error_y.array) == [2.0] and list(fig.data[1].error_y.array) == [0.0]
+    assert fig.layout.yaxis.type == "log"
+    assert "no finished point" in accuracy_curves(pd.DataFrame(rows)).layout.annotations[0].text
+
+
+def test_cell_grid_pivots_states_by_sparsity() -> None:
+    cells = pd.DataFrame(
+        [
+            ("a", "eval", "dense", "-", "-", 0.0, None, "done"),
+            ("b", "prune", "wanda", "unstructured", "uniform", 0.3, 0, "done"),
+            ("c", "prune", "wanda", "unstructured", "uniform", 0.5, 0, "running"),
+            ("d", "prune", "sparsegpt", "unstructured", "uniform", 0.3, 0, "queued"),
+        ],
+        columns=["run_id", "kind", "method", "pattern", "allocation", "sparsity", "seed", "state"],
+    )
+    grid = cell_grid(cells).set_index("method")
+    assert grid.loc["wanda", "s=0.5"] == "running" and grid.loc["sparsegpt", "s=0.3"] == "queued"
+    assert pd.isna(grid.loc["sparsegpt", "s=0.5"]) and "dense" not in grid.index

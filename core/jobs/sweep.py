@@ -28,6 +28,7 @@ from core.estimate import estimate_many
 from core.jobs.launch import _launch, escalate
 from core.jobs.records import alive, log_path, read_job
 from core.jobs.status import log_error, log_result
+from core.names import PRUNED_KINDS
 from core.requests import sweep_spec, to_argv
 from core.store import RunStore
 from core.sweep_grid import resolve_grid
@@ -168,6 +169,23 @@ def _finished_elapsed(logp: Path, job: dict[str, Any]) -> float:
         return logp.stat().st_mtime - job["started"]
     except OSError:
         return 0.0
+
+
+def cell_grid(cells: pd.DataFrame, names: dict[str, str] | None = None) -> pd.DataFrame:
+    """The grid's points as a table: one row per (method, pattern, allocation, seed), one
+    column 's=<sparsity>' per sparsity holding the cell's state (or ``names[state]``)."""
+    points = cells[cells["kind"].isin(PRUNED_KINDS)]
+    if points.empty:
+        return pd.DataFrame()
+    states = points["state"].map(names) if names else points["state"]
+    grid = points.assign(state=states, s=points["sparsity"].map(lambda x: f"s={x:g}"))
+    table = grid.pivot_table(
+        index=["method", "pattern", "allocation", "seed"],
+        columns="s",
+        values="state",
+        aggfunc="first",
+    )
+    return table.reset_index().rename_axis(columns=None)
 
 
 def grid_table(store: RunStore, run_ids: list[str]) -> pd.DataFrame:
