@@ -182,6 +182,16 @@ def outcome(status: SweepStatus) -> None:
         st.error(f"The sweep failed: {status.error}")
 
 
+def label(status: SweepStatus) -> str:
+    """'wanda, sparsegpt · s 0.25–0.5 · 5 runs · done  [sweep-…]' for the picker."""
+    points = status.cells[status.cells["kind"].isin(PRUNED_KINDS)]
+    if points.empty:
+        return status.job_id
+    methods = ", ".join(dict.fromkeys(points["method"]))
+    span = f"s {points['sparsity'].min():g}–{points['sparsity'].max():g}"
+    return f"{methods} · {span} · {len(status.cells)} runs · {status.state}  [{status.job_id}]"
+
+
 # ---- page ----------------------------------------------------------------------------------------
 job_id = current_job(JOB_KEY)
 status = sweep_status(store, job_id) if job_id else None
@@ -206,8 +216,11 @@ if not past:
     st.info("No sweep yet: choose methods and sparsities above and press Start the sweep.")
 else:
     start = past.index(job_id) if job_id in past else 0
-    chosen = st.selectbox("Sweep", past, index=start, key=key("result"))
-    shown = sweep_status(store, chosen)
+    statuses = {j: sweep_status(store, j) for j in past}
+    chosen = st.selectbox(
+        "Sweep", past, index=start, key=key("result"), format_func=lambda j: label(statuses[j])
+    )
+    shown = statuses[chosen]
     if shown.finished:
         show_grid(shown)
     show_curves(shown)
