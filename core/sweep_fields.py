@@ -12,8 +12,8 @@ SWEEP_GRID = (
     Field(
         "method",
         "Methods",
-        "comma list of methods; slicegpt alone is the representation-dimension sweep with "
-        "Paper A's relation, any other list a grid sweep (core.sweeps)",
+        "the methods run at every point of the grid (CLI: a comma list); slicegpt alone is "
+        "the representation-dimension sweep with Paper A's relation",
         "slicegpt",
         MULTI,
         tuple(available_methods()),

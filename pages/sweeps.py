@@ -10,7 +10,7 @@ import streamlit as st
 from core import jobs
 from core.cost import device_type
 from core.errors import PruneScopeError
-from core.fields import command_fields, sweep_defaults
+from core.fields import command_fields, defaults, sweep_defaults
 from core.figures.sweeps import accuracy_curves, sweep_curves
 from core.jobs.sweep import (
     GRID_STATES,
@@ -43,6 +43,7 @@ from pages.forms import (
     show_estimate,
     speed_for,
     upload_widget,
+    widget,
 )
 
 require_frame(__file__)
@@ -80,13 +81,8 @@ def sweep_form(running: bool) -> dict[str, Any] | None:
     """The sweep's settings, drawn from the sweep command's fields; values when Start is
     pressed."""
     preset = preset_picker(key("preset"), [key(n) for n in PRESET_FIELDS])
-    methods = st.multiselect(
-        FIELDS["method"].label,
-        list(FIELDS["method"].choices),
-        default=["wanda", "sparsegpt"],
-        key=key("method"),
-        help="each method is run at every point of the grid",
-    )
+    # the Prune page's method to start with: the same choice there and here is one run
+    methods = widget(FIELDS["method"], defaults("prune")["method"], key("method"))
     start = sweep_defaults(methods or ["wanda"], preset)
     values: dict[str, Any] = {"method": methods}
     c1, c2 = st.columns([1, 2])

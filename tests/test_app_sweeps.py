@@ -123,7 +123,12 @@ def test_forms_show_the_same_widgets_and_no_raw_flag_names(store_root) -> None:
 def test_sweep_form_command_line_is_the_cli_path(store_root) -> None:
     """The page shows the CLI line of its choices; parsed, it gives the page's run ids."""
     at = open_page("sweeps")
-    for name, value in {**TINY, "sparsities": [0.25, 0.5]}.items():
+    assert widget(at, "sw_method").value == ["wanda"]  # the Prune page's method
+    for name, value in {
+        **TINY,
+        "method": ["wanda", "sparsegpt"],
+        "sparsities": [0.25, 0.5],
+    }.items():
         widget(at, f"sw_{name}").set_value(value)
     at.run()
     args = build_parser().parse_args(command_line(at))
