@@ -50,7 +50,7 @@ require_frame(__file__)
 
 JOB_KEY = "sweep_grid_job"
 FIELDS = {f.name: f for f in command_fields("sweep")}
-GRID = [f.name for f in SWEEP_GRID if f.name != "method"]
+GRID = [*(f.name for f in SWEEP_GRID if f.name != "method"), "targets"]
 DATA = ("calib", "nsamples", "calib_seqlen", "eval", "max_windows", "seqlen")
 ICONS = {
     "cached": "✔ stored",

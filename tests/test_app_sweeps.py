@@ -24,7 +24,17 @@ from core.store import RunStore
 from core.sweep_grid import resolve_grid
 from core.sweeps import DENSE
 
-SHARED = ("model", "device", "calib", "eval", "nsamples", "calib_seqlen", "seqlen", "tasks")
+SHARED = (
+    "model",
+    "device",
+    "targets",
+    "calib",
+    "eval",
+    "nsamples",
+    "calib_seqlen",
+    "seqlen",
+    "tasks",
+)
 PRUNE_KEY = {"max_windows": "windows"}
 TINY = {
     "model": "tiny-llama",
