@@ -28,7 +28,7 @@ from core.field import (
     Field,
 )
 from core.methods import available_methods
-from core.sweep_fields import SWEEP_GRID, method_list, sweep_reference
+from core.sweep_fields import SWEEP_CALIB, SWEEP_GRID, method_list, sweep_reference
 from core.zeroshot_tasks import TASK_NAMES
 
 
@@ -292,14 +292,6 @@ _SLICEGPT_CALIB = {
     },
     "seed": {"default": 42},
 }
-# A sweep's calibration follows its methods' reference protocol (``sweep_reference``).
-_SWEEP_CALIB = {
-    "calib": {
-        "default": None,
-        "help": "calibration corpus (default: c4 train; wikitext2 train for slicegpt alone)",
-    },
-    "seed": {"default": None, "help": "sampler seed (default 0; 42 for slicegpt alone)"},
-}
 _EVAL_FLAG = {"dataset": {"name": "eval"}}
 
 # command -> its fields, in the order the CLI lists them and the app draws them
@@ -316,7 +308,7 @@ COMMANDS: dict[str, tuple[Field, ...]] = {
     "sweep": (
         *MODEL,
         *SWEEP,
-        *_with(CALIB, **_SWEEP_CALIB),
+        *_with(CALIB, **SWEEP_CALIB),
         *_with(EVAL, **_EVAL_FLAG),
         *ZEROSHOT,
     ),

@@ -54,6 +54,16 @@ SWEEP_GRID = (
 )
 
 
+# A sweep's calibration follows its methods' reference protocol (``sweep_reference``).
+SWEEP_CALIB = {
+    "calib": {
+        "default": None,
+        "help": "calibration corpus (default: c4 train; wikitext2 train for slicegpt alone)",
+    },
+    "seed": {"default": None, "help": "sampler seed (default 0; 42 for slicegpt alone)"},
+}
+
+
 def sweep_reference(methods: Any) -> dict[str, Any]:
     """The calibration a sweep defaults to: SliceGPT's reference (WikiText-2 train, seed 42)
     when it sweeps slicegpt alone, else Wanda/SparseGPT's (C4 train, seed 0), so a grid
