@@ -173,7 +173,14 @@ def test_sweep_runs_live_and_draws_its_curves(store) -> None:
     assert (
         any(b.label == "Cancel the sweep" for b in at.button) or sweep_status(store, job).finished
     )
-    wait(at, store, job, lambda s: s.finished)
+    seen: set[str] = set()
+
+    def poll(status) -> bool:
+        seen.update(status.cells["state"])
+        return status.finished
+
+    wait(at, store, job, poll)
+    assert "queued" in seen  # the grid was drawn before its points finished
     status = sweep_status(store, job)
     assert status.state == "done", status.error
     assert status.counts()["done"] == 5 and status.counts()["queued"] == 0  # dense + 2 × 2
