@@ -21,11 +21,13 @@ Calibration to the device (``measured_speed``): the effective FLOP/s is the medi
 store's finished runs on the same device type of eval_tokens_per_s × FLOPs per token of that
 run's model; each method's overhead factor is the median of its runs' measured
 prune_seconds over the predicted method+calibration seconds. Without stored runs, the
-conservative defaults below hold (chosen before measuring: a 2-core CPU at 8 GFLOP/s, any
-CUDA GPU at 20 TFLOP/s, Apple MPS at 1 TFLOP/s; overheads for the small, serial linear
-algebra of SparseGPT and SliceGPT). Against the runs issue #18 timed on the loaded 2-core
-machine (Wanda and attention-GD from the Prune page, 'quick' preset) the CPU default
-overestimates by about 2×, alike for both: a planning aid, not a benchmark.
+conservative defaults below hold: any CUDA GPU at 20 TFLOP/s and Apple MPS at 1 TFLOP/s
+(well below their bf16 peaks), overheads for the small, serial linear algebra of SparseGPT
+and SliceGPT, and a CPU at 12 GFLOP/s, the pruning-phase rate of the default Wanda run that
+issue #18 timed on the loaded 2-core machine ('quick' preset: pruning 2 min 28 s for
+2 × 16 × 256 calibration tokens through 30 layers ≈ 12 GFLOP/s; its evaluations ran near
+19). With it that run estimates at ~8 min against 5 min 48 s measured, attention-GD (qk) at
+~29 min against 16 min 36 s: on the long side, as a planning aid should be.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from core.names import EVAL, PRUNE, SLICE, SWEEP, ZEROSHOT
 from core.runs.plan import sweep_points
 from core.store import RunStore
 
-DEFAULT_FLOPS = {"cpu": 8e9, "mps": 1e12, "cuda": 2e13}  # effective FLOP/s, conservative
+DEFAULT_FLOPS = {"cpu": 1.2e10, "mps": 1e12, "cuda": 2e13}  # effective FLOP/s, conservative
 START_SECONDS = {"cpu": 12.0, "mps": 10.0, "cuda": 10.0}  # Python, torch, transformers
 LOAD_BYTES_PER_S = 2e8  # reading (and converting) the weights
 METHOD_OVERHEAD = {"sparsegpt": 1.5, "slicegpt": 2.0}  # others 1.0
