@@ -17,6 +17,7 @@ st.set_page_config(page_title="PruneScope", page_icon=":material/content_cut:", 
 PAGES = [
     st.Page("pages/home.py", title="Home", icon=":material/home:", default=True),
     st.Page("pages/prune.py", title="Prune", icon=":material/content_cut:"),
+    st.Page("pages/sweeps.py", title="Sweeps", icon=":material/stacked_line_chart:"),
     st.Page("pages/repdim.py", title="Representation dimension", icon=":material/straighten:"),
     st.Page("pages/attention.py", title="Attention masks", icon=":material/grid_on:"),
     st.Page("pages/assumptions.py", title="Assumption checks", icon=":material/trending_down:"),

@@ -34,6 +34,7 @@ IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 PAGES = {
     "Home": "",
     "Prune": "prune",
+    "Sweeps": "sweeps",
     "Representation dimension": "repdim",
     "Attention masks": "attention",
     "Assumption checks": "assumptions",

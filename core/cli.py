@@ -32,15 +32,8 @@ from core.families import family_support, method_patterns
 from core.fields import CHOICE, COMMANDS, FLAG, FLOAT, INT, LIST, Field
 from core.methods import available_methods, get_method
 from core.requests import (
-    calib_config,
-    eval_config,
-    model_spec,
-    parse_grid,
-    parse_options,
     plan_request,
     run_options,
-    values_of,
-    zeroshot_config,
 )
 from core.runs import RunOptions, effdim_report, execute
 from core.store import RunStore
@@ -146,24 +139,10 @@ def cmd_run_command(args: argparse.Namespace, progress: TqdmProgress) -> dict[st
     """eval, prune, slice, sweep, zeroshot: plan from the flags, then execute."""
     store = RunStore(args.store)
     values = field_values(args)
-    if args.command == "sweep" and cli_sweep.is_grid(args):
-        return cli_sweep.cmd_grid(args, progress, grid_parts(values, store))
+    if args.command == "sweep" and cli_sweep.is_grid(args, values):
+        return cli_sweep.cmd_grid(args, progress, values, store)
     cfg = plan_request(args.command, values, store)
     return execute(cfg, store, progress, run_options(args.command, values, args.force))
-
-
-def grid_parts(values: dict[str, Any], store: RunStore) -> dict[str, Any]:
-    """What a grid sweep shares with single runs, built from the same fields."""
-    v = values_of("sweep", values)
-    return {
-        "model": model_spec(v),
-        "calib": calib_config(v),
-        "eval": eval_config(v),
-        "options": parse_options(v["option"]),
-        "zeroshot": zeroshot_config(v),
-        "store": store,
-        "sparsities": parse_grid(v["sparsities"]),
-    }
 
 
 def cmd_run_config(args: argparse.Namespace, progress: TqdmProgress) -> dict[str, Any]:

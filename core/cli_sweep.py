@@ -1,8 +1,10 @@
 """CLI of grid sweeps of any method (``python -m core sweep``) and their executors.
 
 ``sweep --method slicegpt`` alone (the default, with or without --seeds) keeps the SliceGPT
-sweep with Paper A's relation (core.runs.sweep); a method list, or any grid or executor flag, runs the
-grid sweep of core.sweeps on the chosen executor and prints the perplexity-vs-sparsity table.
+sweep with Paper A's relation (core.runs.sweep); a method list, any grid axis, a METHOD.KEY
+option or an executor flag runs the grid sweep of core.sweeps on the chosen executor and
+prints the perplexity-vs-sparsity table. The grid comes from the sweep command's fields
+through core.requests.sweep_spec, the path the app's sweep form takes too.
 
 Examples::
 
@@ -18,15 +20,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from core import requests
 from core.errors import ConfigError
 from core.executors import EXECUTORS, make_executor
-from core.sweep_grid import SweepSpec
+from core.store import RunStore
 from core.sweeps import run_sweep_grid, table_lines
 
-GRID_DEFAULTS = {
-    "patterns": "unstructured",
-    "allocations": "uniform",
-    "targets": "all",
+EXECUTOR_DEFAULTS = {
     "executor": "local",
     "workers": 1,
     "gpus": None,
@@ -36,15 +36,7 @@ GRID_DEFAULTS = {
 
 
 def add_grid_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("grid (any method) and executors")
-    g.add_argument(
-        "--patterns",
-        default="unstructured",
-        help="comma list: unstructured and/or N:M (2:4, 4:8); an N:M point has the "
-        "sparsity of its pattern, (M-N)/M",
-    )
-    g.add_argument("--allocations", default="uniform", help="comma list: uniform, owl")
-    g.add_argument("--targets", default="all", help="all, attention, mlp, qk, or roles like q,k,v")
+    g = p.add_argument_group("executors (grid sweeps)")
     g.add_argument(
         "--executor",
         default="local",
@@ -78,10 +70,10 @@ def add_grid_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def is_grid(args) -> bool:
+def is_grid(args, values: dict[str, Any]) -> bool:
     """Whether ``sweep`` runs the grid of core.sweeps (else SliceGPT's relation sweep)."""
-    methods = [m.strip() for m in args.method.split(",") if m.strip()]
-    return methods != ["slicegpt"] or any(getattr(args, k) != v for k, v in GRID_DEFAULTS.items())
+    executor = any(getattr(args, k) != v for k, v in EXECUTOR_DEFAULTS.items())
+    return executor or requests.is_grid(values)
 
 
 def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
@@ -93,37 +85,19 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
         raise ConfigError(f"{flag} expects integers separated by commas, got {text!r}") from exc
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in text.split(",") if x.strip())
-
-
-def cmd_grid(args, progress, built: dict[str, Any]) -> dict[str, Any]:
+def cmd_grid(args, progress, values: dict[str, Any], store: RunStore) -> dict[str, Any]:
     """Validate everything (grid, executor) before any work; run; return the table.
-    ``built``: what the common CLI builds from the shared flags: model (ModelSpec), calib,
-    eval, options, zeroshot, store, sparsities."""
+    ``values``: the sweep command's field values, read by the one request path
+    (core.requests.sweep_spec) the app's sweep form uses too."""
     if args.force:
         raise ConfigError(
             "--force is for single runs; a sweep reuses stored points (delete "
             "runs with `python -m core runs delete` to recompute them)"
         )
-    seeds = _ints(args.seeds or None, "--seeds") or (args.seed if args.seed is not None else 0,)
-    spec = SweepSpec(
-        built["model"],
-        _names(args.method),
-        built["sparsities"],
-        built["calib"],
-        built["eval"],
-        _names(args.patterns),
-        _names(args.allocations),
-        seeds,
-        args.targets,
-        built["options"],
-        built["zeroshot"],
-    )
+    spec = requests.sweep_spec(values)
     executor = make_executor(
         args.executor, args.workers, _ints(args.gpus, "--gpus"), args.ray_address, args.scratch
     )
-    store = built["store"]
     counts = {"done": 0, "total": 0}
 
     def on_event(event: dict[str, Any]) -> None:

@@ -11,35 +11,26 @@ ordinary values, so a preset gives the same run id from the CLI and the app.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 from core.config import DATASETS
 from core.errors import ConfigError
+from core.field import (
+    CHOICE,
+    FLAG,
+    FLOAT,
+    INT,
+    LIST,
+    MULTI,
+    PATTERNS,
+    TARGETS,
+    TEXT,
+    Field,
+)
 from core.methods import available_methods
 from core.models import available_models
+from core.sweep_fields import SWEEP_CALIB, SWEEP_GRID, method_list, sweep_reference
 from core.zeroshot_tasks import TASK_NAMES
-
-FLAG, INT, FLOAT, CHOICE, LIST, TEXT = "flag", "int", "float", "choice", "list", "text"
-
-
-@dataclass(frozen=True)
-class Field:
-    """One setting: ``name`` is its key in a values dict and its flag (--name, _ as -)."""
-
-    name: str
-    label: str
-    help: str
-    default: Any = None
-    kind: str = TEXT
-    choices: tuple[Any, ...] | None = None
-    range: tuple[float, float] | None = None  # inclusive bounds of a number
-    group: str = ""
-    config: bool = True  # False: how to run it (save, force), not part of the run id
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
 
 
 def _group(group: str, *fields: Field) -> tuple[Field, ...]:
@@ -54,15 +45,37 @@ MODEL = _group(
         f"a named model ({', '.join(available_models())}), a local folder or a HF id",
         "smollm2-135m",
     ),
-    Field("device", "Device", "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N, mps", "auto"),
+    Field(
+        "device",
+        "Device",
+        "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N, mps",
+        "auto",
+        TEXT,
+        ("auto", "cpu", "cuda", "mps"),
+    ),
     Field(
         "dtype",
-        "Dtype",
+        "Number precision",
         "auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16",
         "auto",
+        CHOICE,
+        ("auto", "float32", "bfloat16", "float16"),
+        advanced=True,
     ),
-    Field("trust_remote_code", "Trust remote code", "allow model code from the Hub", False, FLAG),
-    Field("revision", "Revision", "model revision on the Hub"),
+    Field(
+        "trust_remote_code",
+        "Run the model's own code from the Hub",
+        "allow model code from the Hub",
+        False,
+        FLAG,
+        advanced=True,
+    ),
+    Field(
+        "revision",
+        "Hub revision (branch, tag or commit)",
+        "model revision on the Hub",
+        advanced=True,
+    ),
 )
 
 _DATA_DIR = Field(
@@ -70,13 +83,14 @@ _DATA_DIR = Field(
     "Data folder",
     "local data folder in the shared/data layout (default: $PRUNESCOPE_DATA_DIR or "
     "../shared/data when present, else the Hugging Face Hub)",
+    advanced=True,
 )
 _CORPUS_HELP = f"{', '.join(DATASETS)} (pydoc: offline, stdlib) or file:<path>"
 EVAL_DATASET = Field("dataset", "Evaluation corpus", _CORPUS_HELP, "wikitext2")
 EVAL = _group(
     "evaluation",
     EVAL_DATASET,
-    Field("split", "Split", "test (wikitext2), validation (c4)"),
+    Field("split", "Evaluation split", "test (wikitext2), validation (c4)", advanced=True),
     _DATA_DIR,
     Field(
         "seqlen",
@@ -94,7 +108,15 @@ EVAL = _group(
         INT,
         range=(1, 10**7),
     ),
-    Field("batch_size", "Batch size", "evaluation windows per forward", 4, INT, range=(1, 4096)),
+    Field(
+        "batch_size",
+        "Windows per forward",
+        "evaluation windows per forward",
+        4,
+        INT,
+        range=(1, 4096),
+        advanced=True,
+    ),
 )
 CALIB = _group(
     "calibration",
@@ -115,7 +137,23 @@ CALIB = _group(
         INT,
         range=(2, 131072),
     ),
-    Field("seed", "Seed", "sampler seed (default 0; 42 for SliceGPT)", 0, INT),
+    Field(
+        "seed",
+        "Calibration seed",
+        "sampler seed (default 0; 42 for SliceGPT)",
+        0,
+        INT,
+        range=(0, 2**31 - 1),
+        advanced=True,
+    ),
+)
+_TARGETS = Field(
+    "targets",
+    "Targets",
+    "all, attention, mlp, qk, or roles like q,k,v",
+    "all",
+    TEXT,
+    TARGETS,
 )
 _OPTION = Field(
     "option",
@@ -142,8 +180,15 @@ PRUNE = _group(
         FLOAT,
         range=(0.0, 0.99),
     ),
-    Field("pattern", "Pattern", "unstructured or N:M (2:4, 4:8, ...)", "unstructured"),
-    Field("targets", "Targets", "all, attention, mlp, qk, or roles like q,k,v", "all"),
+    Field(
+        "pattern",
+        "Pattern",
+        "unstructured or N:M (2:4, 4:8, ...)",
+        "unstructured",
+        TEXT,
+        PATTERNS,
+    ),
+    _TARGETS,
     Field(
         "allocation",
         "Allocation",
@@ -152,8 +197,24 @@ PRUNE = _group(
         CHOICE,
         ("uniform", "owl"),
     ),
-    Field("owl_lambda", "OWL λ", "OWL: sparsities span target ± λ", 0.08, FLOAT),
-    Field("owl_m", "OWL M", "OWL: outliers are scores above M × their mean", 5.0, FLOAT),
+    Field(
+        "owl_lambda",
+        "OWL: layer sparsities span target ± λ",
+        "OWL: sparsities span target ± λ",
+        0.08,
+        FLOAT,
+        range=(0.0, 0.5),
+        advanced=True,
+    ),
+    Field(
+        "owl_m",
+        "OWL: outliers are scores above M × mean",
+        "OWL: outliers are scores above M × their mean",
+        5.0,
+        FLOAT,
+        range=(1.0, 100.0),
+        advanced=True,
+    ),
     _OPTION,
     Field("save", "Save to", "save the pruned model (save_pretrained) in DIR", config=False),
     Field(
@@ -170,7 +231,11 @@ ZEROSHOT = _group(
     Field(
         "tasks",
         "Zero-shot tasks",
-        f"comma list of {', '.join(TASK_NAMES)}, or all (default: none, perplexity only)",
+        f"comma list of {', '.join(TASK_NAMES)}, or all (default: none, perplexity only); "
+        "accuracy beside perplexity, scored as lm-evaluation-harness scores it",
+        None,
+        MULTI,
+        TASK_NAMES,
     ),
     Field("limit", "Items per task", "first N items of each task", None, INT, range=(1, 10**6)),
 )
@@ -196,25 +261,12 @@ SLICE = _group(
 )
 SWEEP = _group(
     "sweep",
-    Field(
-        "method",
-        "Method",
-        "comma list of methods; slicegpt alone is the representation-dimension sweep with "
-        "Paper A's relation, any other list a grid sweep (core.sweeps)",
-        "slicegpt",
-        TEXT,
-    ),
-    Field("sparsities", "Sparsities", "comma list of s", "0,0.1,0.2,0.3,0.4,0.5,0.6"),
-    Field(
-        "seeds",
-        "Calibration seeds",
-        "comma list of calibration seeds, one run per point and seed; intervals resample "
-        "them (empty: --seed alone)",
-        "",
-        TEXT,
-    ),
+    *SWEEP_GRID,
+    _TARGETS,
     dataclasses.replace(
-        _OPTION, help="round_to=8, damp=0.01, slice_head=false, orientation=pca|random"
+        _OPTION,
+        help="KEY=VALUE for every method of the sweep, METHOD.KEY=VALUE for one "
+        "(sparsegpt.percdamp=0.02; slicegpt: round_to=8, damp=0.01, orientation=pca|random)",
     ),
 )
 ZEROSHOT_MODEL = (
@@ -257,7 +309,7 @@ COMMANDS: dict[str, tuple[Field, ...]] = {
     "sweep": (
         *MODEL,
         *SWEEP,
-        *_with(CALIB, **_SLICEGPT_CALIB),
+        *_with(CALIB, **SWEEP_CALIB),
         *_with(EVAL, **_EVAL_FLAG),
         *ZEROSHOT,
     ),
@@ -283,6 +335,15 @@ def defaults(command: str, preset: str = "reference") -> dict[str, Any]:
     """Every field of ``command`` at its default, with a preset's values on top."""
     values = {f.name: f.default for f in command_fields(command)}
     return {**values, **{k: v for k, v in PRESETS[preset].items() if k in values}}
+
+
+def sweep_defaults(methods: Any, preset: str = "reference") -> dict[str, Any]:
+    """The sweep command's defaults for these methods (calibration by ``sweep_reference``)."""
+    return {
+        **defaults("sweep", preset),
+        "method": ",".join(method_list(methods)),
+        **sweep_reference(methods),
+    }
 
 
 def app_preset(device_type: str | None) -> str:

@@ -23,10 +23,12 @@ from core.config import (
 )
 from core.data import default_data_dir
 from core.errors import ConfigError
-from core.fields import FLOAT, INT, LIST, Field, command_fields, defaults
+from core.field import FLAG, FLOAT, INT, LIST, MULTI, Field, method_list
+from core.fields import command_fields, defaults, sweep_reference
 from core.models import check_model_name
 from core.runs import RunOptions, plan_eval, plan_prune, plan_slice, plan_sweep, plan_zeroshot
 from core.store import RunStore
+from core.sweep_grid import SweepSpec
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -46,6 +48,8 @@ def _typed(field: Field, value: Any) -> Any:
             ) from None
     if field.kind == LIST:
         return [value] if isinstance(value, str) else list(value)
+    if field.kind == MULTI and not isinstance(value, str):  # a multiselect's list
+        return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
     return value
 
 
@@ -58,7 +62,32 @@ def values_of(command: str, given: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"unrecognized arguments for {command}: {flags}")
     values = defaults(command)
     values.update({k: _typed(fields[k], v) for k, v in given.items()})
+    if command == "sweep":  # calibration follows the swept methods' reference protocol
+        ref = sweep_reference(values["method"])
+        values.update({k: ref[k] for k in ("calib", "seed") if values[k] is None})
     return values
+
+
+def to_argv(command: str, given: Mapping[str, Any]) -> list[str]:
+    """The CLI flags that give these values (defaults left out): what the app's background
+    jobs run and show as the command line."""
+    fields = {f.name: f for f in command_fields(command)}
+    base = defaults(command)
+    argv: list[str] = []
+    for name, raw in given.items():
+        f = fields.get(name)
+        if f is None or not f.config:
+            continue
+        value = _typed(f, raw)
+        if value in (None, "") or value == base[name] or (f.kind == LIST and not value):
+            continue
+        if f.kind == FLAG:
+            argv += [f.flag] if value else []
+        elif f.kind == LIST:
+            argv += [x for item in value for x in (f.flag, str(item))]
+        else:
+            argv += [f.flag, str(value)]
+    return argv
 
 
 def parse_options(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
@@ -148,6 +177,53 @@ def prune_config(v: Mapping[str, Any]) -> PruneConfig:
     )
 
 
+def split_options(pairs: list[str]) -> tuple[tuple, tuple]:
+    """--option values of a sweep: (shared pairs, ((method, pairs), ...)); a key written
+    METHOD.KEY applies to that method only."""
+    shared, own = [], {}
+    for pair in pairs:
+        key = pair.partition("=")[0]
+        method, dot, _ = key.partition(".")
+        if dot:
+            own.setdefault(method, []).append(pair.partition(".")[2])
+        else:
+            shared.append(pair)
+    return parse_options(shared), tuple((m, parse_options(p)) for m, p in sorted(own.items()))
+
+
+def sweep_spec(given: Mapping[str, Any]) -> SweepSpec:
+    """The grid of a sweep of any method (core.sweeps), from the sweep command's fields."""
+    v = values_of("sweep", given)
+    shared, own = split_options(v["option"])
+    unknown = sorted({m for m, _ in own} - set(method_list(v["method"])))
+    if unknown:
+        raise ConfigError(f"--option names {', '.join(unknown)}, which the sweep does not run")
+    return SweepSpec(
+        model_spec(v),
+        tuple(method_list(v["method"])),
+        parse_grid(v["sparsities"]),
+        calib_config(v),
+        eval_config(v),
+        tuple(method_list(v["patterns"])),
+        tuple(method_list(v["allocations"])),
+        parse_seeds(v["seeds"]) or (v["seed"],),
+        v["targets"],
+        shared,
+        zeroshot_config(v),
+        own,
+    )
+
+
+def is_grid(given: Mapping[str, Any]) -> bool:
+    """Whether a sweep's values ask for the grid of core.sweeps (any method, pattern or
+    allocation axis) rather than SliceGPT's relation sweep (slicegpt alone)."""
+    v = values_of("sweep", given)
+    axes = {"patterns": "unstructured", "allocations": "uniform", "targets": "all"}
+    own = split_options(v["option"])[1]
+    grid_axes = any(v[k].replace(" ", "") != d for k, d in axes.items())
+    return method_list(v["method"]) != ["slicegpt"] or grid_axes or bool(own)
+
+
 # ---- plans ---------------------------------------------------------------------------------------
 def _plan_zeroshot(v: Mapping[str, Any], store: RunStore | None) -> RunConfig:
     model = model_spec(v) if v["model"] is not None else None
@@ -159,7 +235,7 @@ def _plan_zeroshot(v: Mapping[str, Any], store: RunStore | None) -> RunConfig:
 
 
 def _plan_sweep(v: Mapping[str, Any]) -> RunConfig:
-    if v["method"] != "slicegpt":
+    if method_list(v["method"]) != ["slicegpt"]:
         raise ConfigError("sweep --method supports slicegpt (the representation-dimension sweep)")
     grid = parse_grid(v["sparsities"])
     return plan_sweep(

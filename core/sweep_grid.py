@@ -43,6 +43,8 @@ class SweepSpec:
     targets: str = "all"
     options: tuple[tuple[str, Any], ...] = ()  # applied to every method of the grid
     zeroshot: ZeroShotConfig | None = None
+    # (method, options) pairs: one method's own options, on top of ``options``
+    method_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
 
     def __post_init__(self) -> None:
         for axis in ("methods", "sparsities", "patterns", "allocations", "seeds"):
@@ -99,6 +101,12 @@ def resolve_model_for(spec: ModelSpec, device: str | None = None) -> ModelSpec:
     )
 
 
+def point_options(spec: SweepSpec, method: str) -> tuple[tuple[str, Any], ...]:
+    """The grid's shared options with ``method``'s own on top."""
+    own = dict(dict(spec.method_options).get(method, ()))
+    return tuple(sorted({**dict(spec.options), **own}.items()))
+
+
 def plan_point(spec: SweepSpec, model: ModelSpec, p: dict[str, Any]) -> RunConfig:
     """The config ``plan_prune`` builds for the point (``model`` is already resolved)."""
     prune = PruneConfig(
@@ -107,7 +115,7 @@ def plan_point(spec: SweepSpec, model: ModelSpec, p: dict[str, Any]) -> RunConfi
         p["pattern"],
         spec.targets,
         p["allocation"],
-        options=spec.options,
+        options=point_options(spec, p["method"]),
     )
     calib = dataclasses.replace(spec.calib, seed=p["seed"])
     return prune_run_config(model, prune, calib, spec.eval, spec.zeroshot)

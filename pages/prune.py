@@ -9,19 +9,16 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from core import figures, jobs
-from core.data import default_data_dir
-from core.errors import ConfigError, PruneScopeError, StoreError
-from core.fields import PRESETS, app_preset, defaults
-from core.methods import available_methods
-from core.models import available_models
+from core import figures, jobs, requests
+from core.cost import device_type
+from core.errors import PruneScopeError, StoreError
+from core.estimate import estimate_seconds
+from core.fields import command_fields, defaults
 from core.store import Run
 from core.tables import DENSE_ACC, accuracy_beside_dense
-from core.zeroshot import TASK_NAMES
 from pages.common import (
     cli_hint,
     current_job,
-    device_info,
     fmt_seconds,
     follow_job,
     get_store,
@@ -31,13 +28,20 @@ from pages.common import (
     require_frame,
     show_error,
 )
+from pages.forms import (
+    PRESET_FIELDS,
+    UPLOAD,
+    corpus_name,
+    draw,
+    field_value,
+    method_options,
+    preset_picker,
+    show_estimate,
+    speed_for,
+    upload_widget,
+)
 
 require_frame(__file__)
-
-OTHER_MODEL = "other (local folder or Hugging Face id)"
-UPLOAD = "upload a text file"
-PATTERNS = ["unstructured", "2:4", "4:8"]
-TARGETS = ["all", "attention", "mlp", "qk"]
 
 store = get_store()
 st.title("Prune a model")
@@ -49,162 +53,61 @@ st.caption(
 
 
 # ---- form ----------------------------------------------------------------------------------------
-def corpus_choices() -> tuple[list[str], int, int]:
-    """Corpora offered, and the default calibration / evaluation picks."""
-    if default_data_dir():
-        return ["wikitext2", "c4", "pydoc", UPLOAD], 1, 0
-    return ["pydoc", "wikitext2", "c4", UPLOAD], 0, 0
+FIELDS = {f.name: f for f in command_fields("prune")}
+KEYS = {"max_windows": "windows"}  # widget keys that differ from the field's name
+MAIN = (("model",), ("method", "sparsity", "pattern"), ("targets", "allocation", "device"))
+DATA = ("calib", "nsamples", "calib_seqlen", "eval", "max_windows", "seqlen")
 
 
-def device_choices() -> list[str]:
-    kind = device_info().get("type")
-    return ["auto", "cpu", *([kind] if kind in ("cuda", "mps") else [])]
+def key(name: str) -> str:
+    return KEYS.get(name, name)
 
 
-def save_upload(upload) -> str:
-    """Keep an uploaded corpus in the store; return its ``file:`` dataset name."""
-    limit_mb = st.get_option("server.maxUploadSize")
-    return jobs.save_corpus(store, upload.name, upload.getvalue(), limit_mb)
+def form_values(start: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """Every setting's widget (core.fields); returns the field values and the upload."""
+    values: dict[str, Any] = {}
+    for column, names in zip(st.columns(3), MAIN, strict=True):
+        with column:
+            for name in names:
+                values[name] = field_value(FIELDS[name], start[name], key(name))
+    with st.expander("Calibration and evaluation data"):
+        values.update(draw([FIELDS[n] for n in DATA], start, key, cols=2))
+        upload = upload_widget("upload")
+        z1, z2 = st.columns([3, 1])
+        with z1:
+            values["tasks"] = field_value(FIELDS["tasks"], start["tasks"], "tasks")
+        with z2:
+            values["limit"] = field_value(FIELDS["limit"], start["limit"], "limit")
+    with st.expander(f"Options of {values['method']}"):
+        values["option"] = method_options(values["method"], f"opt_{values['method']}")
+    with st.expander("Advanced: precision, Hub access, data split, seed, OWL"):
+        values.update(draw([f for f in FIELDS.values() if f.advanced], start, key))
+    if not values["tasks"]:
+        values.pop("limit")
+    return values, upload
 
 
-def corpus_name(choice: str, upload) -> str:
-    if choice != UPLOAD:
-        return choice
-    if upload is None:
-        raise ConfigError("choose a .txt or .jsonl file to upload, or pick another corpus")
-    return save_upload(upload)
-
-
-def parse_option_lines(text: str) -> list[str]:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
-    bad = [ln for ln in lines if "=" not in ln]
-    if bad:
-        raise ConfigError(f"method options are KEY=VALUE lines; got {bad[0]!r}")
-    return lines
+def estimate(values: dict[str, Any]) -> tuple[float, str]:
+    """The run's estimated duration with these values (an upload counts as a small file)."""
+    planned = {k: ("pydoc" if v == UPLOAD else v) for k, v in values.items()}
+    cfg = requests.plan_request("prune", planned, store)
+    speed = speed_for(store, device_type(cfg.model))
+    return estimate_seconds(cfg, store, speed), speed.source
 
 
 def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
-    """Draw the form; on submit return (CLI parameters, save-model flag)."""
-    corpora, calib_default, eval_default = corpus_choices()
-    methods = available_methods()
-    names = list(PRESETS)
-    preset = st.selectbox(
-        "Preset",
-        names,
-        names.index(app_preset(device_info().get("type"))),
-        key="preset",
-        help="named sets of ordinary values (core.fields): 'reference' is the protocol every "
-        "default follows (calibration 32 × 512 C4 train, every evaluation window); 'quick' "
-        "keeps a CPU run of the embedded model to minutes",
-    )
-    start = defaults("prune", preset)
-    with st.form("prune_form"):
-        c1, c2, c3 = st.columns(3)
-        model = c1.selectbox("Model", [*available_models(), OTHER_MODEL], key="model")
-        custom = c1.text_input(
-            "Model folder or Hugging Face id",
-            key="custom_model",
-            help=f"used when Model is '{OTHER_MODEL}'",
-        )
-        method = c2.selectbox(
-            "Method",
-            methods,
-            index=methods.index("wanda") if "wanda" in methods else 0,
-            key="method",
-        )
-        sparsity = c2.number_input(
-            "Sparsity",
-            0.0,
-            0.99,
-            0.5,
-            0.05,
-            key="sparsity",
-            help="fraction of the targeted weights to remove, in [0, 1)",
-        )
-        pattern = c2.selectbox("Pattern", PATTERNS, key="pattern")
-        targets = c3.selectbox(
-            "Targets",
-            TARGETS,
-            key="targets",
-            help="which linears to prune; attention-gd needs q and k",
-        )
-        allocation = c3.radio("Allocation", ["uniform", "owl"], horizontal=True, key="allocation")
-        device = c3.selectbox("Device", device_choices(), key="device")
-        with st.expander("Calibration and evaluation data"):
-            d1, d2 = st.columns(2)
-            calib = d1.selectbox("Calibration corpus", corpora, index=calib_default, key="calib")
-            nsamples = d1.number_input(
-                "Calibration sequences", 1, 1024, start["nsamples"], key="nsamples"
-            )
-            calib_seqlen = d1.number_input(
-                "Tokens per sequence",
-                8,
-                8192,
-                start["calib_seqlen"] or start["seqlen"],
-                key="calib_seqlen",
-            )
-            evald = d2.selectbox("Evaluation corpus", corpora, index=eval_default, key="eval")
-            windows = d2.number_input(
-                "Evaluation windows",
-                1,
-                4096,
-                start["max_windows"],
-                key="windows",
-                help="the first N windows of the corpus; empty: every window",
-            )
-            seqlen = d2.number_input(
-                "Window length (tokens)", 8, 8192, start["seqlen"], key="seqlen"
-            )
-            upload = st.file_uploader(
-                "Text corpus (.txt or .jsonl with a 'text' field)",
-                type=["txt", "jsonl"],
-                key="upload",
-            )
-            st.caption(
-                f"Local data folder: `{default_data_dir() or 'none found (pydoc works offline)'}`"
-            )
-            z1, z2 = st.columns([3, 1])
-            tasks = z1.multiselect(
-                "Zero-shot tasks (accuracy beside perplexity; none: perplexity only)",
-                list(TASK_NAMES),
-                key="tasks",
-                help="scored as lm-evaluation-harness scores them, on the dense and the pruned "
-                "model; files from the local data folder's tasks/, else the Hugging Face Hub",
-            )
-            limit = z2.number_input("Items per task", 1, 100_000, 100, key="limit")
-        with st.expander("Method options and output"):
-            options = st.text_area(
-                "Method options (KEY=VALUE per line)",
-                key="options",
-                placeholder="percdamp=0.01\nlam=0.001\nsteps=30",
-            )
-            save = st.toggle("Save the pruned model (downloadable as a zip)", key="save_model")
-            force = st.checkbox("Recompute even if the same run is stored", key="force")
-        submitted = st.form_submit_button("Run", type="primary", disabled=running)
-    if not submitted:
+    """Draw the form; when Run is pressed return (field values, save-model flag)."""
+    preset = preset_picker("preset", [key(n) for n in PRESET_FIELDS])
+    values, upload = form_values(defaults("prune", preset))
+    with st.expander("Output"):
+        save = st.toggle("Save the pruned model (downloadable as a zip)", key="save_model")
+        force = st.checkbox("Recompute even if the same run is stored", key="force")
+    show_estimate(lambda: estimate(values))
+    if not st.button("Run", type="primary", disabled=running):
         return None
-    if model == OTHER_MODEL and not custom.strip():
-        raise ConfigError("model name is empty: type a local folder or a Hugging Face id")
-    params = {
-        "model": custom.strip() if model == OTHER_MODEL else model,
-        "method": method,
-        "sparsity": float(sparsity),
-        "pattern": pattern,
-        "targets": targets,
-        "allocation": allocation,
-        "device": device,
-        "calib": corpus_name(calib, upload),
-        "nsamples": int(nsamples),
-        "calib_seqlen": int(calib_seqlen),
-        "eval": corpus_name(evald, upload),
-        "seqlen": int(seqlen),
-        "max_windows": None if windows is None else int(windows),
-        "option": parse_option_lines(options),
-        "force": force,
-    }
-    if tasks:
-        params.update(tasks=",".join(tasks), limit=int(limit))
-    return params, save
+    values["calib"] = corpus_name(values["calib"], upload, store)
+    values["eval"] = corpus_name(values["eval"], upload, store)
+    return {**values, "force": force}, save
 
 
 # ---- results -------------------------------------------------------------------------------------

@@ -298,19 +298,23 @@ def fill_prune_form(at: AppTest, **values) -> None:
         "device": "cpu",
         **values,
     }
+    if "method" in settings:  # the method's own option widgets follow it
+        at.selectbox(key="method").set_value(settings.pop("method"))
+        at.run()
     for key, value in settings.items():
-        widget = (
-            at.selectbox(key=key)
-            if key in ("model", "calib", "eval", "device", "method", "pattern")
-            else None
-        )
-        if widget is None and key in ("custom_model", "options"):
-            widget = at.text_input(key=key) if key == "custom_model" else at.text_area(key=key)
-        if widget is None:
-            widget = at.number_input(key=key)
-        widget.set_value(value)
+        widget_of(at, key).set_value(value)
     button(at, "Run").click()
     at.run()
+
+
+def widget_of(at: AppTest, key: str):
+    """The widget with this key, whatever its kind (selectbox, radio, number, text)."""
+    for kind in (at.selectbox, at.radio, at.number_input, at.text_input, at.multiselect):
+        try:
+            return kind(key=key)
+        except KeyError:
+            continue
+    raise KeyError(key)
 
 
 def finished(at: AppTest) -> bool:
@@ -380,7 +384,7 @@ def test_cancel_button_stops_the_job(ui_jobs) -> None:
             "does not exist",
         ),
         ({"calib": "upload a text file"}, "choose a .txt or .jsonl file"),
-        ({"options": "lam 0.1"}, "KEY=VALUE"),
+        ({"method": "attention-gd", "targets": "qk", "opt_attention-gd_step": "fixed"}, "eta"),
         ({"model": "other (local folder or Hugging Face id)", "custom_model": ""}, "empty"),
     ],
 )

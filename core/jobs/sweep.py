@@ -1,0 +1,211 @@
+"""Grid sweeps as background jobs for the app: plan the grid in the app's process (every
+point checked before anything starts), run ``python -m core sweep ...`` with the same field
+values in a subprocess (the CLI's path, on its executors), and read each cell's state back
+from the store while it runs.
+
+    job = start_sweep_job(store, {"method": "wanda,sparsegpt", "sparsities": "0.3,0.5"})
+    status = sweep_status(store, job)   # state, cells (done / running / queued ...), error
+    cancel(store, job)                  # core.jobs.cancel: SIGINT, SIGTERM after GRACE_S
+
+Files beside the other jobs' (core.jobs.records): <job>.grid.json lists the grid's cells.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from core.config import RunConfig
+from core.errors import StoreError
+from core.estimate import estimate_many
+from core.jobs.launch import _launch, escalate
+from core.jobs.records import alive, log_path, read_job
+from core.jobs.status import log_error, log_result
+from core.names import PRUNED_KINDS
+from core.requests import sweep_spec, to_argv
+from core.store import RunStore
+from core.sweep_grid import resolve_grid
+from core.sweeps import CELL_STATES, sweep_table
+
+RUNNING = "running"
+# What a cell of the live grid shows: the grid's event states, and "running" for the point
+# a worker is computing now ("cached": done before this sweep started).
+GRID_STATES = (*CELL_STATES, RUNNING, "cancelled")
+CELL_COLUMNS = ("run_id", "kind", "method", "pattern", "allocation", "sparsity", "seed")
+
+
+def grid_path(store: RunStore, job_id: str) -> Path:
+    return store.root / "progress" / f"{job_id}.grid.json"
+
+
+def cell_rows(configs: list[RunConfig]) -> list[dict[str, Any]]:
+    """One row per configuration of a grid: its run id and what it computes."""
+    rows = []
+    for cfg in configs:
+        p = cfg.prune
+        rows.append(
+            {
+                "run_id": cfg.run_id,
+                "kind": cfg.kind,
+                "method": p.method if p else "dense",
+                "pattern": p.pattern if p else "-",
+                "allocation": p.allocation if p else "-",
+                "sparsity": p.sparsity if p else 0.0,
+                "seed": cfg.calib.seed if cfg.calib else None,
+            }
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A planned grid: its configurations (dense baselines first) and estimated duration."""
+
+    configs: list[RunConfig]
+    seconds: float  # estimate for the points the store lacks (core.estimate)
+    argv: list[str]  # the CLI line that runs it
+
+    @property
+    def job_id(self) -> str:
+        """Same grid, same job: a second start joins the running one."""
+        ids = ",".join(c.run_id for c in self.configs)
+        return "sweep-" + hashlib.sha256(ids.encode()).hexdigest()[:12]
+
+
+def plan_sweep_job(store: RunStore, values: Mapping[str, Any]) -> SweepPlan:
+    """Check the grid (ConfigError naming a bad point) and estimate it; nothing is written."""
+    configs = resolve_grid(sweep_spec(values))
+    argv = ["sweep", *to_argv("sweep", values), "--executor", "local"]
+    return SweepPlan(configs, estimate_many(configs, store), argv)
+
+
+def start_sweep_job(store: RunStore, values: Mapping[str, Any]) -> str:
+    """Plan, then run the grid in the background; return the job id."""
+    plan = plan_sweep_job(store, values)
+    job_id = plan.job_id
+    old = read_job(store, job_id)
+    if old is not None and alive(old.get("pid"), old.get("host")):
+        return job_id
+    grid_path(store, job_id).write_text(json.dumps(cell_rows(plan.configs)))
+    argv = [*plan.argv, "--store", str(store.root), "--json", "--quiet"]
+    _launch(store, job_id, "sweep", job_id, argv, planned=False)
+    return job_id
+
+
+@dataclass(frozen=True)
+class SweepStatus:
+    """A sweep job as the app shows it. ``cells``: CELL_COLUMNS + state (GRID_STATES)."""
+
+    job_id: str
+    state: str  # running | cancelling | done | failed | cancelled | unknown
+    cells: pd.DataFrame = field(default_factory=pd.DataFrame)
+    elapsed: float | None = None
+    error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state not in (RUNNING, "cancelling")
+
+    def counts(self) -> dict[str, int]:
+        states = self.cells["state"] if "state" in self.cells else pd.Series(dtype=str)
+        return {s: int((states == s).sum()) for s in GRID_STATES}
+
+
+def _cell_state(status: str | None, created: float | None, started: float) -> str:
+    if status is None:
+        return "queued"
+    if status == "done":
+        return "cached" if created is not None and created < started - 1.0 else "done"
+    if status == RUNNING:
+        return RUNNING
+    return "cancelled" if status == "cancelled" else "failed"
+
+
+def sweep_status(store: RunStore, job_id: str) -> SweepStatus:
+    """Each cell's state from the store's index, and the job's (cheap: polled each second)."""
+    job = read_job(store, job_id)
+    try:
+        rows = json.loads(grid_path(store, job_id).read_text())
+    except (OSError, json.JSONDecodeError):
+        rows = None
+    if job is None or rows is None:
+        return SweepStatus(job_id, "unknown", error=f"no sweep job {job_id!r}")
+    escalate(store, job)
+    running = alive(job["pid"], job["host"])
+    index = {r.id: r for r in store.list()}
+    cells = pd.DataFrame(rows, columns=list(CELL_COLUMNS))
+    cells["state"] = [
+        _cell_state(
+            index[i].status if i in index else None,
+            index[i].created if i in index else None,
+            job["started"],
+        )
+        for i in cells["run_id"]
+    ]
+    if not running and (cells["state"] == RUNNING).any():
+        store.reconcile()  # rows its dead process left 'running'
+    elapsed = time.time() - job["started"]
+    if running:
+        state = RUNNING if job.get("cancel_requested") is None else "cancelling"
+        return SweepStatus(job_id, state, cells, elapsed)
+    logp = log_path(store, job_id)
+    if log_result(logp):  # the JSON object a successful sweep prints last
+        return SweepStatus(job_id, "done", cells, _finished_elapsed(logp, job))
+    if job.get("cancel_requested") is not None:
+        return SweepStatus(job_id, "cancelled", cells, elapsed, "cancelled by the user")
+    error = log_error(logp) or "the sweep ended without a result"
+    return SweepStatus(job_id, "failed", cells, elapsed, error)
+
+
+def _finished_elapsed(logp: Path, job: dict[str, Any]) -> float:
+    try:
+        return logp.stat().st_mtime - job["started"]
+    except OSError:
+        return 0.0
+
+
+def cell_grid(cells: pd.DataFrame, names: dict[str, str] | None = None) -> pd.DataFrame:
+    """The grid's points as a table: one row per (method, pattern, allocation, seed), one
+    column 's=<sparsity>' per sparsity holding the cell's state (or ``names[state]``)."""
+    points = cells[cells["kind"].isin(PRUNED_KINDS)]
+    if points.empty:
+        return pd.DataFrame()
+    states = points["state"].map(names) if names else points["state"]
+    grid = points.assign(state=states, s=points["sparsity"].map(lambda x: f"s={x:g}"))
+    table = grid.pivot_table(
+        index=["method", "pattern", "allocation", "seed"],
+        columns="s",
+        values="state",
+        aggfunc="first",
+    )
+    return table.reset_index().rename_axis(columns=None)
+
+
+def grid_table(store: RunStore, run_ids: list[str]) -> pd.DataFrame:
+    """core.sweeps.sweep_table over the grid's finished runs (a partial grid draws too)."""
+    runs = []
+    for run_id in run_ids:
+        try:
+            rec = store.get(run_id)
+            if rec.status == "done":
+                runs.append({"config": rec.config, "metrics": store.load(run_id).metrics})
+        except StoreError:
+            continue
+    return sweep_table(runs)
+
+
+def sweep_jobs(store: RunStore) -> list[str]:
+    """Ids of the sweep jobs this store knows, newest first."""
+    paths = sorted(
+        (store.root / "progress").glob("sweep-*.grid.json"),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    return [p.name.removesuffix(".grid.json") for p in paths]

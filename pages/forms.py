@@ -1,0 +1,196 @@
+"""Widgets drawn from the field table (core.fields, core.option_fields): every form of the
+app (Prune, Sweeps) shows the same label, help, range and default for the same setting,
+and sends field values to the one request path (core.requests). Not a page itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import streamlit as st
+
+from core import jobs
+from core.data import default_data_dir
+from core.errors import ConfigError, PruneScopeError
+from core.estimate import measured_speed
+from core.field import CHOICE, FLAG, FLOAT, INT, MULTI, Field, method_list
+from core.fields import PRESETS, app_preset
+from core.models import available_models
+from core.option_fields import EXPERT, option_fields, option_pairs
+from core.store import RunStore
+from pages.common import device_info
+
+OTHER_MODEL = "other (local folder or Hugging Face id)"
+UPLOAD = "upload a text file"
+CORPUS_FIELDS = ("calib", "eval")
+PRESET_FIELDS = ("nsamples", "calib_seqlen", "seqlen", "max_windows")
+PRESET_HELP = (
+    "named sets of ordinary values (core.fields): 'reference' is the protocol every default "
+    "follows (calibration 32 × 512 C4 train, every evaluation window); 'quick' keeps a CPU "
+    "run of the embedded model to minutes"
+)
+
+
+# ---- one widget per field ---------------------------------------------------------------------
+def _menu_value(x: str, menu: list[Any]) -> Any:
+    """A comma-list item as the menu's type ('0.5' -> 0.5 for a float menu)."""
+    for m in menu:
+        if str(m) == x or (isinstance(m, int | float) and _number(x) == m):
+            return m
+    return x
+
+
+def _number(x: str) -> float | None:
+    try:
+        return float(x)
+    except ValueError:
+        return None
+
+
+def widget(f: Field, default: Any, key: str, choices: Iterable[Any] | None = None) -> Any:
+    """The widget of one field, starting at ``default``: a toggle, a list to pick one or
+    several from, a number within the field's range, or text."""
+    label, help_ = f.label, f.help
+    menu = list(choices if choices is not None else f.choices or ())
+    if f.kind == FLAG:
+        return st.toggle(label, bool(default), key=key, help=help_)
+    if f.kind == MULTI:
+        start = [_menu_value(x, menu) for x in method_list(default)]
+        return st.multiselect(
+            label, menu, default=[x for x in start if x in menu], key=key, help=help_
+        )
+    if menu:
+        if default is not None and default not in menu:
+            menu.append(default)
+        index = menu.index(default) if default in menu else 0
+        if f.kind == CHOICE and len(menu) <= 3:
+            return st.radio(label, menu, index=index, key=key, help=help_, horizontal=True)
+        return st.selectbox(label, menu, index=index, key=key, help=help_)
+    if f.kind in (INT, FLOAT):
+        cast = int if f.kind == INT else float
+        lo, hi = (cast(x) for x in f.range) if f.range else (None, None)
+        step = 1 if f.kind == INT else (0.05 if hi is not None and hi <= 1 else None)
+        value = None if default is None else cast(default)
+        return st.number_input(label, lo, hi, value, step, key=key, help=help_)
+    text = st.text_input(label, "" if default is None else str(default), key=key, help=help_)
+    return text.strip() or None
+
+
+def draw(fields: Iterable[Field], start: dict[str, Any], key: Callable[[str], str], cols: int = 3):
+    """Widgets of ``fields`` in ``cols`` columns; returns their values by field name."""
+    fields = list(fields)
+    columns = st.columns(cols) if fields else []
+    values = {}
+    for i, f in enumerate(fields):
+        with columns[i % cols]:
+            values[f.name] = field_value(f, start.get(f.name), key(f.name))
+    return values
+
+
+def field_value(f: Field, default: Any, key: str) -> Any:
+    """A field's widget with the app's own menus: models, corpora, this machine's devices."""
+    if f.name == "model":
+        return model_widget(f, default, key)
+    if f.name in CORPUS_FIELDS:
+        return corpus_widget(f, default, key)
+    if f.name == "device":
+        kind = device_info().get("type")
+        return widget(
+            f, default, key, ["auto", "cpu", *([kind] if kind in ("cuda", "mps") else [])]
+        )
+    return widget(f, default, key)
+
+
+def model_widget(f: Field, default: Any, key: str) -> str:
+    names = [*available_models(), OTHER_MODEL]
+    choice = widget(f, default if default in names else names[0], key, names)
+    custom = st.text_input(
+        "Model folder or Hugging Face id", key=f"custom_{key}", help=f"used with '{OTHER_MODEL}'"
+    )
+    return custom.strip() if choice == OTHER_MODEL else choice  # empty: ModelSpec says so
+
+
+def corpus_widget(f: Field, default: Any, key: str) -> Any:
+    """A corpus: the local copies first when there is a data folder, pydoc (offline) else."""
+    corpora = ["wikitext2", "c4", "pydoc", UPLOAD]
+    if not default_data_dir():
+        default = "pydoc"
+    return widget(f, default, key, corpora)
+
+
+def corpus_name(choice: str, upload, store: RunStore) -> str:
+    """The dataset name of a corpus choice; an upload is kept in the store as a file."""
+    if choice != UPLOAD:
+        return choice
+    if upload is None:
+        raise ConfigError("choose a .txt or .jsonl file to upload, or pick another corpus")
+    limit_mb = st.get_option("server.maxUploadSize")
+    return jobs.save_corpus(store, upload.name, upload.getvalue(), limit_mb)
+
+
+def upload_widget(key: str):
+    upload = st.file_uploader(
+        "Text corpus (.txt or .jsonl with a 'text' field)", type=["txt", "jsonl"], key=key
+    )
+    st.caption(f"Local data folder: `{default_data_dir() or 'none found (pydoc works offline)'}`")
+    return upload
+
+
+# ---- presets, method options, estimates ---------------------------------------------------------
+def preset_picker(key: str, reset: Iterable[str]) -> str:
+    """The preset the form starts from; switching it resets the preset's fields."""
+    names = list(PRESETS)
+    keys = list(reset)
+
+    def forget() -> None:
+        for k in keys:
+            st.session_state.pop(k, None)
+
+    start = names.index(app_preset(device_info().get("type")))
+    return st.selectbox("Preset", names, start, key=key, help=PRESET_HELP, on_change=forget)
+
+
+def method_options(method: str, key: str, prefix: str = "") -> list[str]:
+    """A method's options as widgets with their ranges (expert ones in an expander);
+    returns the KEY=VALUE pairs that differ from the defaults."""
+    fields = option_fields(method)
+    common = [f for f in fields if f.group != EXPERT]
+    expert = [f for f in fields if f.group == EXPERT]
+    values = draw(common, {f.name: f.default for f in common}, lambda n: f"{key}_{n}")
+    if expert:
+        with st.expander(f"Expert options of {method}"):
+            values.update(draw(expert, {f.name: f.default for f in expert}, lambda n: f"{key}_{n}"))
+    return option_pairs(method, values, prefix)
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def _speed(root: str, device: str, n_done: int):
+    return measured_speed(RunStore(root), device)
+
+
+def speed_for(store: RunStore, device: str):
+    """The device's speed measured on stored runs (cached while the store does not change)."""
+    return _speed(str(store.root), device, len(store.list(status="done")))
+
+
+def show_estimate(plan: Callable[[], tuple[float, str]]) -> None:
+    """'About N min' from ``plan() -> (seconds, what)``; a value the plan rejects is said
+    once, where the user presses the button."""
+    try:
+        seconds, what = plan()
+    except PruneScopeError as exc:
+        st.caption(f"Not runnable yet: {exc}")
+        return
+    if seconds <= 0:
+        st.caption(f"⏱ {what}: already stored, shown at once.")
+    else:
+        st.caption(f"⏱ Estimated duration: **about {duration(seconds)}** ({what}).")
+
+
+def duration(seconds: float) -> str:
+    """A planning figure in words: '40 s', '12 min', '2 h 50 min'."""
+    if seconds < 90:
+        return f"{max(round(seconds), 1)} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
