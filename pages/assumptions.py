@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from core import figures
+from core.demo import PAGE_ASSUMPTIONS
 from core.methods.attention_gd import RULE
 from core.methods.attention_gd.controls import controls
 from core.methods.attention_gd.method import (
@@ -17,7 +18,8 @@ from core.methods.attention_gd.method import (
     TABLE_HEADS,
     TABLE_TRAJECTORY,
 )
-from pages.common import cli_hint, get_store, pick_run, require_frame
+from pages.common import get_store, pick_run, require_frame
+from pages.starters import offer_run
 
 require_frame(__file__)
 ESTIMATES = ["mu_hat", "lipschitz_hessian", "lipschitz_secant", "lipschitz_bound",
@@ -51,11 +53,7 @@ gd_runs = [
     if r.method == "attention-gd" and TABLE_GROUPS in store.load(r.id).tables()
 ]
 if not gd_runs:
-    cli_hint(
-        "No attention-gd run with assumption checks yet.",
-        "python -m core prune --model tiny-llama --method attention-gd --targets qk "
-        "--calib pydoc --eval pydoc --nsamples 8 --seqlen 64",
-    )
+    offer_run(store, PAGE_ASSUMPTIONS, "No attention-gd run with assumption checks yet.")
     st.stop()
 
 run = store.load(pick_run("Run", gd_runs, key="gd_run").id)

@@ -7,9 +7,11 @@ import streamlit as st
 
 from core import attention_maps as am
 from core import figures
+from core.demo import PAGE_ATTENTION
 from core.errors import PruneScopeError
 from core.store import RunRecord
-from pages.common import cli_hint, get_store, pick_run, require_frame, run_label, show_error
+from pages.common import get_store, pick_run, require_frame, run_label, show_error
+from pages.starters import offer_run
 
 require_frame(__file__)
 DEFAULT_PROMPT = "The cat sat on the mat because it was warm, and the dog watched it."
@@ -64,9 +66,11 @@ def masks(run_id: str, stamp: float, layer: int) -> dict:
 
 runs = with_qk(store.list(kind="prune", status="done"))
 if not runs:
-    cli_hint(
-        "No finished pruning run with stored W_Q/W_K yet (runs of models up to d = 2048 store them).",
-        "python -m core prune --model tiny-llama --method wanda --calib pydoc --eval pydoc",
+    offer_run(
+        store,
+        PAGE_ATTENTION,
+        "No finished pruning run with stored W_Q/W_K yet (runs of models up to d = 2048 store "
+        "them).",
     )
     st.stop()
 

@@ -6,6 +6,7 @@ import streamlit as st
 
 from core.models import EMBEDDED_MODEL, available_models
 from pages.common import device_info, get_store, require_frame
+from pages.starters import MODEL_KEY, demo_button
 
 require_frame(__file__)
 st.title("PruneScope")
@@ -18,6 +19,22 @@ st.markdown(
     "dimension d′ (Paper A), and that gradient descent on the attention-mask loss converges "
     "as its assumptions predict (Paper B)."
 )
+
+with st.container(border=True):
+    st.subheader("Populate every page")
+    st.markdown(
+        "One click starts the smallest runs that fill every page, one after another: a dense "
+        "baseline, Wanda and SparseGPT at 50% and 2:4, a SliceGPT sweep, attention-GD at 50% "
+        "with its baselines, and zero-shot accuracy on two tasks. Pages fill as pieces land; "
+        "the sidebar shows the progress from every page."
+    )
+    models = available_models()
+    chosen = st.session_state.get(MODEL_KEY, EMBEDDED_MODEL)
+    # kept under a plain key too: a widget's key is dropped on pages that do not draw it
+    st.session_state[MODEL_KEY] = st.selectbox(
+        "Model", models, index=models.index(chosen) if chosen in models else 0, key="demo_pick"
+    )
+    demo_button(get_store())
 
 dev = device_info()
 col_dev, col_models, col_store = st.columns(3)

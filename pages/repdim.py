@@ -11,6 +11,7 @@ import streamlit as st
 
 from core import figures, jobs
 from core.data import default_data_dir
+from core.demo import PAGE_ATTENTION, PAGE_REPDIM
 from core.errors import PruneScopeError
 from core.fields import (
     CHOICE,
@@ -37,11 +38,11 @@ from pages.common import (
     require_frame,
     show_error,
 )
+from pages.starters import offer_run
 
 require_frame(__file__)
 
 SWEEP_HINT = "python -m core sweep --model smollm2-135m --sparsities 0.1,0.2,0.3,0.4,0.5"
-PRUNE_HINT = "python -m core prune --model smollm2-135m --method wanda --sparsity 0.5"
 PRIMARY_GROUPS = ("model", "sweep")
 SWEEP_COLUMNS = ["s", "s_eff", "d_prime", "params", "ppl", "predicted_ppl", "rel_error", "fit_ppl"]
 
@@ -246,7 +247,7 @@ def pick_group(points: pd.DataFrame) -> pd.DataFrame:
 def show_effdim(points: pd.DataFrame) -> None:
     dims = sorted({c for c in points.columns if figures.is_dim_key(c)})
     if points.empty or not dims:
-        cli_hint("No stored run records an effective dimension yet.", PRUNE_HINT)
+        offer_run(store, PAGE_ATTENTION, "No stored run records an effective dimension yet.")
         return
     group = pick_group(points)
     default = dims.index(DEFAULT_DIM) if DEFAULT_DIM in dims else 0
@@ -289,6 +290,6 @@ sweeps = store.list(kind="sweep", status="done")
 if sweeps:
     show_sweep(store.load(pick_run("Sweep", sweeps, key="sweep_run").id))
 else:
-    cli_hint("No finished SliceGPT sweep in the store yet.", SWEEP_HINT)
+    offer_run(store, PAGE_REPDIM, "No finished SliceGPT sweep in the store yet.")
 st.subheader("Effective dimension of every stored run")
 show_effdim(effdim_points(store))
