@@ -38,6 +38,7 @@ from pages.common import (
     require_frame,
     show_error,
 )
+from pages.repdim_views import matched_budgets, relation_slider
 from pages.starters import offer_run
 
 require_frame(__file__)
@@ -158,6 +159,7 @@ def show_sweep(run: Run) -> None:
     left.plotly_chart(figures.ppl_vs_dprime(sweep, ppl0, d, a, b), key="ppl_dprime")
     s_col = "s" if "s" in sweep else "s_eff"  # the fit is made against the nominal s
     right.plotly_chart(figures.ratio_vs_keep(sweep, ppl0, a, b, s_col), key="ratio_keep")
+    relation_slider(sweep, float(ppl0), int(d))
     st.markdown("**Measured vs predicted perplexity** (prediction PPL₀^(d/d′), error relative)")
     st.dataframe(
         sweep[[c for c in SWEEP_COLUMNS if c in sweep]],
@@ -291,5 +293,7 @@ if sweeps:
     show_sweep(store.load(pick_run("Sweep", sweeps, key="sweep_run").id))
 else:
     offer_run(store, PAGE_REPDIM, "No finished SliceGPT sweep in the store yet.")
+done = store.list(status="done")
+matched_budgets(done)
 st.subheader("Effective dimension of every stored run")
-show_effdim(effdim_points(store))
+show_effdim(effdim_points(store, done))
