@@ -1,0 +1,206 @@
+"""The cost model of a run: its work in floating-point operations, phase by phase, from
+the model's shapes (config.json only, ``core.geometry``) and the run's token counts.
+
+``core.estimate`` turns it into seconds with the device's measured speed; the formulas
+are listed there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+import torch
+
+from core.adapter import resolve_roles
+from core.config import CalibConfig, ModelSpec, RunConfig, zeroshot_from
+from core.data import C4_EVAL_WINDOWS
+from core.geometry import Geometry
+from core.methods.attention_gd.options import AttentionGDOptions
+from core.methods.base import SAMPLE_ROWS
+from core.models import TINY_MODELS, model_config
+
+# Corpus sizes in tokens of a ~50k-vocabulary BPE tokenizer (the byte tokenizer of the
+# tiny models reads ~4.4 bytes per such token).
+CORPUS_TOKENS = {"wikitext2": 300_000, "pydoc": 400_000}
+FILE_TOKENS = 100_000
+BYTES_PER_TOKEN = 4.4
+# task -> (items in the scored split, choices per item, tokens per context + choice)
+TASK_SIZES = {
+    "piqa": (1838, 2, 60),
+    "hellaswag": (10042, 4, 110),
+    "arc_easy": (2376, 4, 50),
+    "arc_challenge": (1172, 4, 55),
+    "winogrande": (1267, 2, 40),
+    "boolq": (3270, 2, 180),
+}
+OTHER_TASK = (2000, 4, 80)
+GD_HESSIAN_AT = 5  # Hessian-vector probes of the assumption checks (check_assumptions)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the cost model needs of a model: its geometry and vocabulary."""
+
+    geo: Geometry
+    vocab: int
+    tiny: bool  # byte tokenizer: more tokens per corpus
+
+    def linears(self) -> dict[str, tuple[int, int]]:
+        """role -> (out, in) of one decoder layer's linears."""
+        g = self.geo
+        attn, kv = g.n_heads * g.head_dim, g.n_kv_heads * g.head_dim
+        d, ff = g.hidden_size, g.intermediate_size
+        return {
+            "q": (attn, d),
+            "k": (kv, d),
+            "v": (kv, d),
+            "o": (d, attn),
+            "gate": (ff, d),
+            "up": (ff, d),
+            "down": (d, ff),
+        }
+
+    @property
+    def layer_params(self) -> int:
+        return sum(o * i for o, i in self.linears().values())
+
+    @property
+    def n_params(self) -> int:
+        return self.geo.n_layers * self.layer_params + 2 * self.vocab * self.geo.hidden_size
+
+    def layer_flops(self, seqlen: int) -> float:
+        """FLOPs per token through one decoder layer (weights + causal attention)."""
+        g = self.geo
+        return 2.0 * self.layer_params + 2.0 * seqlen * g.n_heads * g.head_dim
+
+    def forward_flops(self, seqlen: int) -> float:
+        """FLOPs per token through the whole model, the LM head included."""
+        head = 2.0 * self.vocab * self.geo.hidden_size
+        return self.geo.n_layers * self.layer_flops(seqlen) + head
+
+
+@lru_cache(maxsize=16)
+def _shape(name: str, trust_remote_code: bool, revision: str | None) -> Shape:
+    config = model_config(name, trust_remote_code, revision)
+    vocab = int(getattr(config, "vocab_size", 0) or 32_000)
+    return Shape(Geometry.from_config(config), vocab, name in TINY_MODELS)
+
+
+def model_shape(spec: ModelSpec) -> Shape:
+    return _shape(spec.name, spec.trust_remote_code, spec.revision)
+
+
+def device_type(spec: ModelSpec) -> str:
+    """'cpu' | 'cuda' | 'mps' of a (resolved or 'auto') device."""
+    if spec.device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        mps = getattr(torch.backends, "mps", None)
+        return "mps" if mps is not None and mps.is_available() else "cpu"
+    return spec.device.split(":")[0]
+
+
+# ---- work of each phase --------------------------------------------------------------------------
+def eval_tokens(cfg: RunConfig, shape: Shape) -> int:
+    """Tokens a perplexity evaluation reads (every window unless max_windows)."""
+    data, L = cfg.eval.data, cfg.eval.seqlen
+    if data.dataset == "c4":
+        windows = C4_EVAL_WINDOWS
+    else:
+        corpus = CORPUS_TOKENS.get(data.dataset, FILE_TOKENS)
+        windows = max(1, int(corpus * (BYTES_PER_TOKEN if shape.tiny else 1.0)) // L)
+    if cfg.eval.max_windows is not None:
+        windows = min(windows, cfg.eval.max_windows)
+    return windows * L
+
+
+def eval_flops(cfg: RunConfig, shape: Shape) -> float:
+    return eval_tokens(cfg, shape) * shape.forward_flops(cfg.eval.seqlen)
+
+
+def zeroshot_flops(extra_zs, shape: Shape) -> float:
+    zs = zeroshot_from(extra_zs)
+    if zs is None:
+        return 0.0
+    tokens = 0
+    for task in zs.tasks:
+        items, choices, per = TASK_SIZES.get(task, OTHER_TASK)
+        tokens += min(items, zs.limit or items) * choices * per
+    return tokens * shape.forward_flops(128)
+
+
+def _linear_flops(method: str, out: int, inp: int, tokens: int, shared: bool) -> float:
+    """One linear's method work; ``shared``: its input Gram is already counted (q/k/v,
+    gate/up read the same input)."""
+    if method == "sparsegpt":
+        gram = 0.0 if shared else 2.0 * tokens * inp**2
+        return gram + float(inp) ** 3 + 2.0 * out * inp**2
+    gram = 0.0 if shared else 2.0 * min(tokens, SAMPLE_ROWS) * inp**2
+    return gram + 10.0 * out * inp
+
+
+def _gd_flops(cfg: RunConfig, shape: Shape, opts: dict) -> float:
+    """Attention-GD's descent on one layer's q/k masks (forward + backward ≈ 3 forwards)."""
+    o = {**asdict(AttentionGDOptions()), **opts}
+    g = shape.geo
+    n_seq, L = min(cfg.calib.nsamples, o["max_seq"]), min(cfg.calib.seqlen, o["max_len"])
+    T, d = n_seq * L, g.hidden_size
+    proj = 2.0 * T * d * (g.n_heads + g.n_kv_heads) * g.head_dim
+    scores = 2.0 * n_seq * L * L * g.n_heads * g.head_dim + 5.0 * n_seq * L * L * g.n_heads
+    # evaluations: the descent and its curvature probe; the checks (diagnostics.
+    # check_assumptions) cost a long run + 2·points + 5·power_iters more
+    passes = o["steps"] + o["power_iters"]
+    if o["checks"] == "full":
+        passes += max(o["steps"], 10) + 2 * o["check_points"] + GD_HESSIAN_AT * o["power_iters"]
+    return 3.0 * passes * (proj + scores)
+
+
+def method_flops(cfg: RunConfig, shape: Shape) -> float:
+    """The pruning method's own work, all layers (calibration forwards excluded)."""
+    p, g = cfg.prune, shape.geo
+    tokens = cfg.calib.nsamples * cfg.calib.seqlen
+    opts = dict(p.options)
+    if p.method == "slicegpt":
+        d = g.hidden_size
+        per_layer = 2 * (2.0 * tokens * d * d + 9.0 * d**3)
+        per_layer += sum(2.0 * o * i * d for o, i in shape.linears().values())
+        return g.n_layers * per_layer
+    linears = shape.linears()
+    roles = list(resolve_roles(p.targets))
+    per_layer, method = 0.0, p.method
+    if p.method == "attention-gd":
+        per_layer += _gd_flops(cfg, shape, opts)
+        method = opts.get("others", "none")
+        roles = [] if method == "none" else [r for r in linears if r not in ("q", "k")]
+    seen: set[int] = set()
+    for role in roles:
+        out, inp = linears[role]
+        group = {"q": 0, "k": 0, "v": 0, "gate": 1, "up": 1}.get(role, hash(role))
+        per_layer += _linear_flops(method, out, inp, tokens, group in seen)
+        seen.add(group)
+    return g.n_layers * per_layer
+
+
+def calib_flops(calib: CalibConfig, shape: Shape, passes: float = 2.0) -> float:
+    return (
+        passes
+        * calib.nsamples
+        * calib.seqlen
+        * shape.geo.n_layers
+        * shape.layer_flops(calib.seqlen)
+    )
+
+
+def changed_model_flops(cfg: RunConfig, shape: Shape) -> float:
+    """After pruning: the changed model's perplexity, effective dimension and accuracy."""
+    # the effective dimension reads the first eval windows holding 10·d tokens
+    effdim_tokens = min(10 * shape.geo.hidden_size, eval_tokens(cfg, shape))
+    effdim = effdim_tokens * shape.forward_flops(cfg.eval.seqlen)
+    return eval_flops(cfg, shape) + effdim + zeroshot_flops(cfg.extra_value("zeroshot"), shape)
+
+
+def prune_phase_flops(cfg: RunConfig, shape: Shape) -> float:
+    """Calibration passes plus the method's work: what a run's prune_seconds measures."""
+    passes = 3.0 if cfg.prune.allocation == "owl" or cfg.prune.method == "attention-gd" else 2.0
+    return calib_flops(cfg.calib, shape, passes) + method_flops(cfg, shape)
