@@ -22,7 +22,7 @@ from typing import Any
 
 from core.config import RunConfig
 from core.data import default_data_dir
-from core.estimate import estimate_seconds
+from core.estimate import estimate_many, estimate_seconds
 from core.fields import PRESETS
 from core.jobs.queue import QueueItem, QueueStatus, cancel_queue, queue_status, start_queue
 from core.requests import DEFAULT_MODEL, plan_request
@@ -124,12 +124,13 @@ def piece_config(store: RunStore, piece: Piece) -> RunConfig:
 
 def piece_seconds(store: RunStore, piece: Piece) -> float:
     """Estimated duration of one piece on this machine (core.estimate)."""
-    return float(estimate_seconds(piece_config(store, piece)))
+    return float(estimate_seconds(piece_config(store, piece), store))
 
 
 def demo_seconds(store: RunStore, model: str = DEFAULT_MODEL) -> float:
-    """Estimated duration of the whole set (its pieces one after another)."""
-    return sum(piece_seconds(store, p) for p in demo_pieces(model))
+    """Estimated duration of the whole set: its pieces one after another, the dense
+    baseline counted once (it is the set's first piece), stored pieces free."""
+    return float(estimate_many([piece_config(store, p) for p in demo_pieces(model)], store))
 
 
 def start_demo(store: RunStore, model: str = DEFAULT_MODEL) -> None:
