@@ -50,12 +50,13 @@ with st.expander("The verdict rule", expanded=False):
     st.code(RULE, language="text")
 
 
-@st.cache_data(show_spinner="Running the controls…")
+# On disk: the controls are deterministic and take seconds, so only a new install pays them.
+@st.cache_data(show_spinner="Running the controls…", persist="disk")
 def control_rows() -> pd.DataFrame:
     return pd.DataFrame(controls())
 
 
-@st.cache_data(show_spinner=False)
+@st.cache_data(show_spinner=False, persist="disk")
 def control_paths() -> pd.DataFrame:
     return pd.DataFrame(control_trajectories())
 

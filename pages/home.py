@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core import figures
 from core.models import EMBEDDED_MODEL, available_models
+from core.tables import runs_frame
 from pages.common import device_info, get_store, require_frame
 from pages.starters import MODEL_KEY, demo_button
 
@@ -35,6 +37,12 @@ with st.container(border=True):
         "Model", models, index=models.index(chosen) if chosen in models else 0, key="demo_pick"
     )
     demo_button(get_store())
+    done = get_store().list(kind="prune", status="done")
+    if done:  # what the store holds so far, at a glance (the Runs page compares in detail)
+        st.plotly_chart(
+            figures.ppl_vs_sparsity(figures.compare_frame(runs_frame(done)), "Stored pruning runs"),
+            key="home_runs",
+        )
 
 dev = device_info()
 col_dev, col_models, col_store = st.columns(3)
