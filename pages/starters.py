@@ -29,7 +29,7 @@ def demo_model() -> str:
     return st.session_state.get(MODEL_KEY, demo.DEFAULT_MODEL)
 
 
-@st.cache_data(show_spinner=False, ttl=600)
+@st.cache_data(show_spinner=False, ttl=60)  # stored pieces become free as they land
 def _estimate(root: str, key: str, model: str) -> float | None:
     """Estimated seconds of one piece (None when it cannot be planned here)."""
     store = RunStore(root)
@@ -47,26 +47,31 @@ def estimate_text(store: RunStore, keys: list[str], model: str) -> str:
     return f"about {fmt_seconds(sum(secs))}"
 
 
-@st.fragment(run_every=2.0)
 def demo_progress(store: RunStore) -> None:
-    """The demo set's progress (sidebar); reruns the page when a piece lands."""
+    """The demo set's progress in the sidebar: polled every 2 s while it runs (only then, so
+    an idle app does not rerun), a one-line outcome once it has finished."""
     status = demo.demo_status(store)
     if status is None:
         return
-    landed = status.n_done
-    if st.session_state.get("demo_landed", landed) != landed:
+    if not status.finished:
+        _live_demo(store)
+        return
+    not_done = [i.title for i in status.items if i.state != "done"]
+    text = f"Demo set {status.state} in {fmt_seconds(status.elapsed)}"
+    st.caption(text + (f" · not done: {', '.join(not_done)}" if not_done else ""))
+
+
+@st.fragment(run_every=2.0)
+def _live_demo(store: RunStore) -> None:
+    status = demo.demo_status(store)
+    landed = status.n_done if status else 0
+    if status is None or status.finished or st.session_state.get("demo_landed", landed) != landed:
         st.session_state["demo_landed"] = landed
         st.rerun(scope="app")  # a finished piece appears on the page being looked at
     st.session_state["demo_landed"] = landed
-    total = len(status.items)
-    if status.finished:
-        failed = [i.title for i in status.items if i.state not in ("done",)]
-        text = f"Demo set {status.state} in {fmt_seconds(status.elapsed)}"
-        st.caption(text + (f" · not done: {', '.join(failed)}" if failed else ""))
-        return
     now = next((i for i in status.items if i.state == "running"), None)
     doing = f"{now.title}: {stage_text(status.current)}" if now and status.current else "starting"
-    st.progress(landed / total, text=f"Demo set {landed}/{total} · {doing}")
+    st.progress(landed / len(status.items), text=f"Demo set {landed}/{len(status.items)} · {doing}")
     st.caption(f"elapsed {fmt_seconds(status.elapsed)}")
 
 
