@@ -103,13 +103,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="passes over the pages (default 2)")
     ap.add_argument("--runs", type=int, help="fill the store to this many runs first")
     ap.add_argument("--model", default="tiny-llama", help="model of the --runs store's real runs")
+    ap.add_argument("--seed-store", type=Path, help="--runs: copy this store's runs first")
     args = ap.parse_args()
     with contextlib.ExitStack() as stack:
         url = args.url
         if url is None:
             store = args.store or Path(stack.enter_context(tempfile.TemporaryDirectory()))
             if args.runs:
-                build(store, args.runs, args.model)
+                build(store, args.runs, args.model, args.seed_store)
             else:
                 ensure_prune_run(store)
             url = stack.enter_context(streamlit_server(store))

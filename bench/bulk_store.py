@@ -3,8 +3,9 @@
     python bench/bulk_store.py --store /tmp/store200 --runs 200 [--model tiny-llama]
 
 First the demo set (core.demo) runs for real on ``--model`` (tiny-llama by default: every
-kind of run a page reads, in about two minutes on a CPU), unless the store already has
-finished runs. Then finished runs are copied, round-robin, until the store holds ``--runs``
+kind of run a page reads, in a few minutes on a CPU), unless the store already has finished
+runs or ``--seed-store`` names a store whose finished runs are copied instead (e.g. the
+demo set on the embedded model, as the browser test leaves it). Then finished runs are copied, round-robin, until the store holds ``--runs``
 runs: each copy is the same folder under a config with one extra key (``bench_copy``), so
 it has its own run id and is published with ``RunStore.import_run`` like a sweep worker's.
 """
@@ -72,8 +73,15 @@ def fill(store: RunStore, n_runs: int) -> int:
     return made
 
 
-def build(store_root: Path, n_runs: int, model: str) -> RunStore:
+def build(store_root: Path, n_runs: int, model: str, seed: Path | None = None) -> RunStore:
+    """The store at ``store_root`` filled to ``n_runs``; its real runs are the finished runs
+    of the store ``seed`` when given (e.g. a demo set on the embedded model), else the demo
+    set run here on ``model``."""
     store = RunStore(store_root)
+    if seed is not None and not store.list(status="done"):
+        source = RunStore(seed)
+        for rec in source.list(status="done"):
+            store.import_run(source.run_dir(rec.id))
     if not store.list(status="done"):
         seconds = run_demo_set(store, model)
         print(f"demo set on {model}: {seconds:.0f} s (under load)", file=sys.stderr)
@@ -87,8 +95,9 @@ def main() -> None:
     ap.add_argument("--store", type=Path, required=True)
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--model", default="tiny-llama")
+    ap.add_argument("--seed-store", type=Path, help="copy this store's finished runs first")
     args = ap.parse_args()
-    build(args.store, args.runs, args.model)
+    build(args.store, args.runs, args.model, args.seed_store)
 
 
 if __name__ == "__main__":
