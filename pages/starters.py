@@ -30,21 +30,21 @@ def demo_model() -> str:
 
 
 @st.cache_data(show_spinner=False, ttl=60)  # stored pieces become free as they land
-def _estimate(root: str, key: str, model: str) -> float | None:
-    """Estimated seconds of one piece (None when it cannot be planned here)."""
+def _estimate(root: str, key: str | None, model: str) -> float | None:
+    """Estimated seconds of one piece, or of the whole set (key None); None when it cannot
+    be planned here (e.g. a model that is not available offline)."""
     store = RunStore(root)
-    pieces = {p.key: p for p in demo.demo_pieces(model)}
     try:
-        return demo.piece_seconds(store, pieces[key])
+        if key is None:
+            return demo.demo_seconds(store, model)
+        return demo.piece_seconds(store, next(p for p in demo.demo_pieces(model) if p.key == key))
     except PruneScopeError:
         return None
 
 
-def estimate_text(store: RunStore, keys: list[str], model: str) -> str:
-    secs = [_estimate(str(store.root), k, model) for k in keys]
-    if any(s is None for s in secs):
-        return "time unknown"
-    return f"about {fmt_seconds(sum(secs))}"
+def estimate_text(store: RunStore, key: str | None, model: str) -> str:
+    seconds = _estimate(str(store.root), key, model)
+    return "time unknown" if seconds is None else f"about {fmt_seconds(seconds)}"
 
 
 def demo_progress(store: RunStore) -> None:
@@ -85,8 +85,7 @@ def demo_button(store: RunStore) -> None:
             demo.cancel_demo(store)
             st.rerun()
         return
-    keys = [p.key for p in demo.demo_pieces(model)]
-    label = f"Populate every page ({estimate_text(store, keys, model)})"
+    label = f"Populate every page ({estimate_text(store, None, model)})"
     if st.button(label, type="primary", key="demo_start", icon=":material/play_arrow:"):
         try:
             demo.start_demo(store, model)
@@ -122,7 +121,7 @@ def offer_run(store: RunStore, page: str, missing: str) -> None:
             return
     with st.container(border=True):
         st.markdown(f"**{missing}**")
-        eta = estimate_text(store, [piece.key], model)
+        eta = estimate_text(store, piece.key, model)
         if st.button(f"Run {piece.title} on {model} ({eta})", type="primary", key=f"{page}_start"):
             try:
                 follow_job(key, jobs.start_job(store, piece.command, piece.params))
