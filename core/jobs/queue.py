@@ -219,6 +219,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--store", required=True)
     ap.add_argument("name")
     args = ap.parse_args(argv)
+    # cancel_queue sends SIGINT; a driver started from a background shell inherits it ignored
+    # (and Python then keeps it ignored), and so would every job it starts.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     drive(RunStore(args.store), args.name)
 
