@@ -44,7 +44,9 @@ def _estimate(root: str, key: str | None, model: str) -> float | None:
 
 def estimate_text(store: RunStore, key: str | None, model: str) -> str:
     seconds = _estimate(str(store.root), key, model)
-    return "time unknown" if seconds is None else f"about {fmt_seconds(seconds)}"
+    if seconds is None:
+        return "time unknown"
+    return "already stored" if seconds < 1 else f"about {fmt_seconds(seconds)}"
 
 
 def demo_progress(store: RunStore) -> None:
