@@ -10,10 +10,9 @@ import re
 import shlex
 import socket
 import time
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
+from test_app import open_page  # the same AppTest helper as the page tests
 
 from core import demo, requests
 from core.cli import build_parser, field_values
@@ -21,8 +20,6 @@ from core.jobs import queue
 from core.jobs.status import JobStatus
 from core.runs import plan_eval
 from core.store import RunStore
-
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
 
 def test_every_piece_plans_and_the_dense_piece_is_their_baseline(store) -> None:
@@ -156,18 +153,8 @@ def demo_state(store: RunStore, states: list[str], pid: int | None) -> None:
     queue._write(store, demo.QUEUE, state)
 
 
-def app_page(page: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    if page != "home":
-        at.switch_page(f"pages/{page}.py")
-        at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
 def test_home_offers_the_demo_set_with_its_estimated_time(store) -> None:
-    at = app_page("home")
+    at = open_page("home")
     labels = [b.label for b in at.button]
     assert any(re.match(r"Populate every page \(about \d", b) for b in labels), labels
     assert "SliceGPT sweep" in "\n".join(c.value for c in at.caption)
@@ -176,7 +163,7 @@ def test_home_offers_the_demo_set_with_its_estimated_time(store) -> None:
 # app.py draws the sidebar around every page; AppTest keeps it only for the first page run.
 def test_sidebar_shows_the_running_set(store) -> None:
     demo_state(store, ["done", "running", "waiting"], os.getpid())
-    at = app_page("home")
+    at = open_page("home")
     progress = list(at.sidebar.get("progress"))
     assert progress and "Demo set 1/3" in str(progress[0].proto.text)
     assert any(b.label == "Cancel the demo set" for b in at.button)
@@ -187,6 +174,6 @@ def test_sidebar_says_how_a_finished_set_ended(store) -> None:
     state = queue.read_queue(store, demo.QUEUE)
     state["finished"] = state["started"] + 75
     queue._write(store, demo.QUEUE, state)
-    at = app_page("home")
+    at = open_page("home")
     text = "\n".join(c.value for c in at.sidebar.caption)
     assert "Demo set done in 1:15" in text and "not done: P1" in text
