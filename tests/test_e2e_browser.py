@@ -130,8 +130,11 @@ def test_populate_every_page_then_every_page_has_a_chart(tmp_path, shots, record
         start = page.get_by_role("button", name=re.compile(r"^Populate every page"))
         t0 = time.perf_counter()
         start.click()
+        progress = re.compile(r"Demo set \d+/\d+")
         sidebar = page.locator("[data-testid='stSidebar']")
-        sidebar.get_by_text(re.compile(r"Demo set \d+/\d+")).wait_for(timeout=60_000)
+        sidebar.get_by_text(progress).wait_for(timeout=60_000)
+        open_page(page, url, "Runs")  # the set's progress follows the user to any page
+        sidebar.get_by_text(progress).wait_for(timeout=30_000)
         store = RunStore(root)
         while not ((status := demo.demo_status(store)) and status.finished):
             assert time.perf_counter() - t0 < DEMO_TIMEOUT_S, status
