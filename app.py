@@ -11,6 +11,7 @@ import streamlit as st
 
 from core.errors import PruneScopeError
 from pages.common import FRAME_KEY, device_info, get_store
+from pages.starters import demo_progress
 
 st.set_page_config(page_title="PruneScope", page_icon=":material/content_cut:", layout="wide")
 
@@ -50,4 +51,5 @@ with st.sidebar:
         st.caption(
             f"In progress: {', '.join(f'{r.method or r.kind} ({r.model})' for r in running)}"
         )
+    demo_progress(store)
 page.run()

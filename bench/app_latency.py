@@ -2,6 +2,10 @@
 
     python bench/app_latency.py                      # starts its own server on a temp store
     python bench/app_latency.py --url http://127.0.0.1:8501 --repeat 3
+    python bench/app_latency.py --runs 200 --store /tmp/store200   # a store of 200 runs
+
+With ``--runs N`` the store is first filled to N runs by bench/bulk_store.py: the demo set
+run for real on tiny-llama, then its runs duplicated under new ids.
 
 Without --url the script starts ``streamlit run app.py`` with PRUNESCOPE_HOME set to --store
 (default: a temp folder) and, if that store has no prune run, makes one on tiny-llama with
@@ -29,6 +33,7 @@ from appserver import (
     wait_charts,
     wait_idle,
 )
+from bulk_store import build
 
 SEED_RUN = [
     "prune",
@@ -96,12 +101,18 @@ def main() -> None:
     ap.add_argument("--url", help="a running PruneScope app (default: start one)")
     ap.add_argument("--store", type=Path, help="results store for a server started here")
     ap.add_argument("--repeat", type=int, default=2, help="passes over the pages (default 2)")
+    ap.add_argument("--runs", type=int, help="fill the store to this many runs first")
+    ap.add_argument("--model", default="tiny-llama", help="model of the --runs store's real runs")
+    ap.add_argument("--seed-store", type=Path, help="--runs: copy this store's runs first")
     args = ap.parse_args()
     with contextlib.ExitStack() as stack:
         url = args.url
         if url is None:
             store = args.store or Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            ensure_prune_run(store)
+            if args.runs:
+                build(store, args.runs, args.model, args.seed_store)
+            else:
+                ensure_prune_run(store)
             url = stack.enter_context(streamlit_server(store))
         print_table(measure(url.rstrip("/"), args.repeat))
 

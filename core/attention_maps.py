@@ -142,15 +142,24 @@ def _probs(
     return attention_probs(x.X, Wq, Wk, *geo, True, x.rope, form(ad, layer))
 
 
+def dense_attention(lm: LoadedModel, x: PromptInput, layer: int) -> np.ndarray:
+    """The dense model's attention (H, L, L) of a layer for input X."""
+    return _probs(x, *dense_qk(lm, layer), lm, layer).numpy()
+
+
+def pruned_attention(lm: LoadedModel, x: PromptInput, run: Run, layer: int) -> np.ndarray:
+    """A run's attention (H, L, L) of a layer: its stored W_Q/W_K on the same input X."""
+    pruned = stored_qk(run, layer)
+    if pruned is None:
+        raise ConfigError(f"run {run.id} stored no W_Q/W_K for layer {layer}")
+    return _probs(x, *pruned, lm, layer).numpy()
+
+
 def attention_pair(
     lm: LoadedModel, x: PromptInput, run: Run, layer: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Dense and pruned attention (H, L, L) of a layer for the same input X."""
-    pruned = stored_qk(run, layer)
-    if pruned is None:
-        raise ConfigError(f"run {run.id} stored no W_Q/W_K for layer {layer}")
-    dense = _probs(x, *dense_qk(lm, layer), lm, layer)
-    return dense.numpy(), _probs(x, *pruned, lm, layer).numpy()
+    return dense_attention(lm, x, layer), pruned_attention(lm, x, run, layer)
 
 
 def head_errors(dense: np.ndarray, pruned: np.ndarray) -> dict[str, np.ndarray]:

@@ -80,11 +80,14 @@ def runs_frame(records: list[RunRecord]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def effdim_points(store: RunStore) -> pd.DataFrame:
+def effdim_points(store: RunStore, records: list[RunRecord] | None = None) -> pd.DataFrame:
     """Finished prune and slice runs and their dense baselines, with every effective-dimension
-    metric they recorded; ``group`` is the dense run they are compared with."""
+    metric they recorded; ``group`` is the dense run they are compared with. ``records``:
+    the store's finished runs when the caller already listed them."""
     rows = []
-    for rec in store.list(status="done"):
+    for rec in records if records is not None else store.list(status="done"):
+        if rec.status != "done":
+            continue
         if rec.kind not in (*PRUNED_KINDS, EVAL):
             continue
         dims = {k: v for k, v in rec.summary.items() if is_dim_key(k) and _num(v)}

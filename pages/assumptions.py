@@ -9,19 +9,32 @@ import pandas as pd
 import streamlit as st
 
 from core import figures
+from core.demo import PAGE_ASSUMPTIONS
 from core.methods.attention_gd import RULE
-from core.methods.attention_gd.controls import controls
+from core.methods.attention_gd.controls import control_trajectories, controls
 from core.methods.attention_gd.method import (
     TABLE_AGREEMENT,
     TABLE_GROUPS,
     TABLE_HEADS,
     TABLE_TRAJECTORY,
 )
-from pages.common import cli_hint, get_store, pick_run, require_frame
+from pages.common import get_store, pick_run, require_frame
+from pages.starters import offer_run
 
 require_frame(__file__)
 ESTIMATES = ["mu_hat", "lipschitz_hessian", "lipschitz_secant", "lipschitz_bound",
              "L_star_lo", "L_star_hi"]  # fmt: skip
+
+# What each trajectory panel (core.figures.TRAJECTORY_PANELS) shows when the assumption holds
+# or fails; the controls below draw one example of each.
+CURVES = """
+| curve | the assumption holds | it fails |
+|---|---|---|
+| **loss L(M_t)** (log) | a straight line down to L*: linear convergence at rate ≤ 1 − μ/L | bends into a slow power law (no PL), or stalls / jumps (step too long for the curvature) |
+| **‖∇L(M_t)‖** | falls geometrically, in step with the loss | decays slowly while the loss is still above L* (no PL), or spikes (non-Lipschitz gradient) |
+| **Lipschitz estimate** (secant) | flat, below one constant L (and below the analytical bound) | climbs without bound as GD nears a point of unbounded curvature |
+| **PL ratio** ½‖∇L‖²/(L − L*) | stays above a constant μ > 0 (flat or rising) | sinks toward 0 as L → L*: no μ > 0 exists there |
+"""
 
 store = get_store()
 st.title("Assumption checks (Paper B)")
@@ -37,13 +50,32 @@ with st.expander("The verdict rule", expanded=False):
     st.code(RULE, language="text")
 
 
-@st.cache_data(show_spinner="Running the controls…")
+# On disk: the controls are deterministic and take seconds, so only a new install pays them.
+@st.cache_data(show_spinner="Running the controls…", persist="disk")
 def control_rows() -> pd.DataFrame:
     return pd.DataFrame(controls())
 
 
+@st.cache_data(show_spinner=False, persist="disk")
+def control_paths() -> pd.DataFrame:
+    return pd.DataFrame(control_trajectories())
+
+
 st.subheader("Controls: the rule says no where the answer is no")
 st.dataframe(control_rows(), hide_index=True, key="controls")
+
+with st.expander("How to read the curves: what each looks like if the assumption holds or fails",
+                 expanded=True):  # fmt: skip
+    st.markdown(CURVES)
+    st.plotly_chart(figures.gd_trajectories(control_paths(), series="control"),
+                    key="control_paths")  # fmt: skip
+    st.caption(
+        "The three controls' GD paths in the same four panels (L* = 0, each one's known "
+        "minimum). Quadratic: both assumptions hold, the loss falls on a straight line and "
+        "the PL ratio stays flat. x⁴: no PL constant at the minimum, so the PL ratio sinks "
+        "toward 0 and the loss bends into a slow power law. |x − ½|^{3/2}: the gradient is "
+        "not Lipschitz at ½, so the secant estimate climbs by orders of magnitude."
+    )
 
 gd_runs = [
     r
@@ -51,11 +83,7 @@ gd_runs = [
     if r.method == "attention-gd" and TABLE_GROUPS in store.load(r.id).tables()
 ]
 if not gd_runs:
-    cli_hint(
-        "No attention-gd run with assumption checks yet.",
-        "python -m core prune --model tiny-llama --method attention-gd --targets qk "
-        "--calib pydoc --eval pydoc --nsamples 8 --seqlen 64",
-    )
+    offer_run(store, PAGE_ASSUMPTIONS, "No attention-gd run with assumption checks yet.")
     st.stop()
 
 run = store.load(pick_run("Run", gd_runs, key="gd_run").id)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import streamlit as st
 
 from core import attention_maps as am
 from core import figures
+from core.demo import PAGE_ATTENTION
 from core.errors import PruneScopeError
 from core.store import RunRecord
-from pages.common import cli_hint, get_store, pick_run, require_frame, run_label, show_error
+from pages.common import get_store, pick_run, require_frame, run_label, show_error
+from pages.starters import offer_run
 
 require_frame(__file__)
 DEFAULT_PROMPT = "The cat sat on the mat because it was warm, and the dog watched it."
@@ -30,20 +34,37 @@ def _targets(rec: RunRecord) -> str | None:
     return (rec.config.get("prune") or {}).get("targets")
 
 
+@st.cache_data(show_spinner=False, max_entries=4096)
+def has_qk(run_id: str, stamp: float) -> bool:
+    """Whether a finished run stored its pruned W_Q/W_K (read once per run: a header)."""
+    return "layer0.q" in store.load(run_id).array_keys("qk")
+
+
 def with_qk(records: list[RunRecord]) -> list[RunRecord]:
     """Finished prune runs that stored their pruned W_Q/W_K."""
-    return [r for r in records if "layer0.q" in store.load(r.id).array_keys("qk")]
+    return [r for r in records if has_qk(r.id, r.finished or 0.0)]
+
+
+def model_key(rec: RunRecord) -> str:
+    """The pristine model a run was pruned from (runs of one model share its attention)."""
+    return json.dumps(rec.config.get("model") or rec.model, sort_keys=True)
 
 
 @st.cache_data(show_spinner="Running the prompt through the dense model…", max_entries=32)
+def dense_maps(model: str, _run_id: str, prompt: str, layer: int) -> tuple:
+    """(layer input X, dense attention (H, L, L), tokens) of a prompt, once per model."""
+    lm = am.pristine_model(store.load(_run_id))
+    x = am.prompt_input(lm, prompt, layer)
+    return x, am.dense_attention(lm, x, layer), x.tokens
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
 def maps(run_id: str, stamp: float, prompt: str, layer: int) -> tuple:
     """(dense, pruned, tokens) for one run, layer and prompt; ``stamp`` (the run's finish
     time) keys the cache so a recomputed run is not served stale."""
     run = store.load(run_id)
-    lm = am.pristine_model(run)
-    x = am.prompt_input(lm, prompt, layer)
-    dense, pruned = am.attention_pair(lm, x, run, layer)
-    return dense, pruned, x.tokens
+    x, dense, tokens = dense_maps(model_key(run.record), run_id, prompt, layer)
+    return dense, am.pruned_attention(am.pristine_model(run), x, run, layer), tokens
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -64,9 +85,11 @@ def masks(run_id: str, stamp: float, layer: int) -> dict:
 
 runs = with_qk(store.list(kind="prune", status="done"))
 if not runs:
-    cli_hint(
-        "No finished pruning run with stored W_Q/W_K yet (runs of models up to d = 2048 store them).",
-        "python -m core prune --model tiny-llama --method wanda --calib pydoc --eval pydoc",
+    offer_run(
+        store,
+        PAGE_ATTENTION,
+        "No finished pruning run with stored W_Q/W_K yet (runs of models up to d = 2048 store "
+        "them).",
     )
     st.stop()
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core import figures
 from core.adapters import supported_families
 from core.gguf_models import GGUF_MODELS
 from core.models import EMBEDDED_MODEL, available_models
+from core.tables import runs_frame
 from pages.common import device_info, get_store, require_frame
+from pages.starters import MODEL_KEY, demo_button
 
 require_frame(__file__)
 st.title("PruneScope")
@@ -20,6 +23,28 @@ st.markdown(
     "dimension d′ (Paper A), and that gradient descent on the attention-mask loss converges "
     "as its assumptions predict (Paper B)."
 )
+
+with st.container(border=True):
+    st.subheader("Populate every page")
+    st.markdown(
+        "One click starts the smallest runs that fill every page, one after another: a dense "
+        "baseline, Wanda and SparseGPT at 50% and 2:4, a SliceGPT sweep, attention-GD at 50% "
+        "with its baselines, and zero-shot accuracy on two tasks. Pages fill as pieces land; "
+        "the sidebar shows the progress from every page."
+    )
+    models = available_models()
+    chosen = st.session_state.get(MODEL_KEY, EMBEDDED_MODEL)
+    # kept under a plain key too: a widget's key is dropped on pages that do not draw it
+    st.session_state[MODEL_KEY] = st.selectbox(
+        "Model", models, index=models.index(chosen) if chosen in models else 0, key="demo_pick"
+    )
+    demo_button(get_store())
+    done = get_store().list(kind="prune", status="done")
+    if done:  # what the store holds so far, at a glance (the Runs page compares in detail)
+        st.plotly_chart(
+            figures.ppl_vs_sparsity(figures.compare_frame(runs_frame(done)), "Stored pruning runs"),
+            key="home_runs",
+        )
 
 dev = device_info()
 col_dev, col_models, col_store = st.columns(3)

@@ -11,6 +11,7 @@ import streamlit as st
 
 from core import figures, jobs
 from core.data import default_data_dir
+from core.demo import PAGE_ATTENTION, PAGE_REPDIM
 from core.errors import PruneScopeError
 from core.fields import (
     CHOICE,
@@ -37,11 +38,12 @@ from pages.common import (
     require_frame,
     show_error,
 )
+from pages.repdim_views import matched_budgets, relation_slider
+from pages.starters import offer_run
 
 require_frame(__file__)
 
 SWEEP_HINT = "python -m core sweep --model smollm2-135m --sparsities 0.1,0.2,0.3,0.4,0.5"
-PRUNE_HINT = "python -m core prune --model smollm2-135m --method wanda --sparsity 0.5"
 PRIMARY_GROUPS = ("model", "sweep")
 SWEEP_COLUMNS = ["s", "s_eff", "d_prime", "params", "ppl", "predicted_ppl", "rel_error", "fit_ppl"]
 
@@ -157,6 +159,7 @@ def show_sweep(run: Run) -> None:
     left.plotly_chart(figures.ppl_vs_dprime(sweep, ppl0, d, a, b), key="ppl_dprime")
     s_col = "s" if "s" in sweep else "s_eff"  # the fit is made against the nominal s
     right.plotly_chart(figures.ratio_vs_keep(sweep, ppl0, a, b, s_col), key="ratio_keep")
+    relation_slider(sweep, float(ppl0), int(d))
     st.markdown("**Measured vs predicted perplexity** (prediction PPL₀^(d/d′), error relative)")
     st.dataframe(
         sweep[[c for c in SWEEP_COLUMNS if c in sweep]],
@@ -246,7 +249,7 @@ def pick_group(points: pd.DataFrame) -> pd.DataFrame:
 def show_effdim(points: pd.DataFrame) -> None:
     dims = sorted({c for c in points.columns if figures.is_dim_key(c)})
     if points.empty or not dims:
-        cli_hint("No stored run records an effective dimension yet.", PRUNE_HINT)
+        offer_run(store, PAGE_ATTENTION, "No stored run records an effective dimension yet.")
         return
     group = pick_group(points)
     default = dims.index(DEFAULT_DIM) if DEFAULT_DIM in dims else 0
@@ -289,6 +292,8 @@ sweeps = store.list(kind="sweep", status="done")
 if sweeps:
     show_sweep(store.load(pick_run("Sweep", sweeps, key="sweep_run").id))
 else:
-    cli_hint("No finished SliceGPT sweep in the store yet.", SWEEP_HINT)
+    offer_run(store, PAGE_REPDIM, "No finished SliceGPT sweep in the store yet.")
+done = store.list(status="done")
+matched_budgets(done)
 st.subheader("Effective dimension of every stored run")
-show_effdim(effdim_points(store))
+show_effdim(effdim_points(store, done))

@@ -6,6 +6,8 @@ tiny model's real W_Q/W_K), so the pages are checked without the slow methods.
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from pathlib import Path
 
@@ -215,7 +217,12 @@ def test_pages_render_on_an_empty_store(store_root, page) -> None:
     at = open_page(page)
     assert not at.error
     if page in ("repdim", "attention", "assumptions"):
-        assert "python -m core" in texts(at.info)  # which command produces the data
+        # the run it needs, startable in place with its estimated time; the CLI line beside it
+        starts = [b.label for b in at.button if b.label.startswith("Run ")]
+        assert starts and all(re.search(r"\((about|time unknown|already)", b) for b in starts), (
+            starts
+        )
+        assert "python -m core" in texts(at.caption)
 
 
 # ---- pages with stored runs ------------------------------------------------------------------------------
@@ -253,7 +260,7 @@ def test_attention_page_rejects_an_empty_prompt(filled_store) -> None:
 
 def test_assumptions_page_trajectories_and_summary(filled_store) -> None:
     at = open_page("assumptions")
-    assert len(at.get("plotly_chart")) == 1
+    assert len(at.get("plotly_chart")) == 2  # the controls' paths (how to read), the run's
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["groups contradicted"] == "1 / 2" and metrics["run verdict"] == "contradicted"
     assert metrics["kept entries shared with magnitude"] == "80.0%"
@@ -276,6 +283,31 @@ def test_repdim_page_sweep_charts_table_and_effdim(filled_store) -> None:
     # wanda: d_eff 30 of 40 -> PPL0^(40/30)
     wanda = relation[relation["method"] == "wanda"].iloc[0]
     assert wanda["predicted"] == pytest.approx(250.0 ** (40 / 30))
+
+
+def test_repdim_page_relation_slider_reads_the_relation(filled_store) -> None:
+    at = open_page("repdim")
+    at.slider(key="teach_s").set_value(0.5)
+    at.run()
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["kept width d′"] == "32 of 64"
+    assert metrics["predicted PPL"] == f"{20.0**2:.2f}"  # PPL0^(1/(1-s))
+    assert metrics["measured PPL (nearest: s = 0.5)"] == f"{20.0**2 * 1.1:.2f}"
+
+
+def test_repdim_page_matched_budget_chart(store) -> None:
+    dense = fake_dense(store)
+    for method, kept, ppl in [("wanda", 0.9, 300.0), ("wanda", 0.6, 600.0),
+                              ("magnitude", 0.9, 400.0), ("magnitude", 0.6, 900.0)]:  # fmt: skip
+        cfg = tiny_prune_config(PruneConfig(method, round(1 - kept, 2)))
+        with store.begin(cfg) as w:
+            w.commit({"ppl": ppl, "dense_run": dense, "kept_params": kept, "latency": 1.0})
+    at = open_page("repdim")
+    assert not at.exception and not at.error
+    assert "budget_chart" in [c.key for c in at.get("plotly_chart")]
+    table = at.dataframe[0].value  # the matched-budget table (no sweep, no effdim here)
+    assert table.loc[0.9, "wanda"] == pytest.approx(300.0)
+    assert table.loc[0.75, "magnitude"] == pytest.approx(math.sqrt(400.0 * 900.0))  # ln-linear
 
 
 def test_runs_page_lists_every_run(filled_store) -> None:

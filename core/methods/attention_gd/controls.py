@@ -29,20 +29,42 @@ def quadratic() -> tuple[torch.Tensor, torch.Tensor]:
     return A, torch.rand(N, generator=gen, dtype=F64)
 
 
-def controls() -> list[dict[str, Any]]:
-    """Each control judged by ``check_assumptions`` after GD from a random point: rows with
-    name, expected and observed verdict, μ̂, L̂ (Hessian), the true values where known."""
+def cases() -> list[tuple]:
+    """(name, f, seed, steps, expected verdict, (μ, L) or None); every minimum value is 0."""
     A, c = quadratic()
     half = torch.full((N,), 0.5, dtype=F64)
-    cases = [
+    return [
         ("x⁴ (no PL constant at 0)", lambda x: x.pow(4).sum(), 1, 200, "contradicted", None),
         ("|x − ½|^{3/2} (gradient not Lipschitz)", lambda x: (x - half).abs().pow(1.5).sum(),
          2, 300, "contradicted", None),
         ("quadratic, spectrum 1..10", lambda x: 0.5 * (x - c) @ A @ (x - c), 4, 150,
          "supported", (1.0, 10.0)),
     ]  # fmt: skip
+
+
+def control_trajectories() -> list[dict[str, Any]]:
+    """The controls' GD paths in the Assumption checks page's panels: rows with control,
+    step, loss, grad_norm, lipschitz_est (secant ‖g_{t+1} − g_t‖/‖x_{t+1} − x_t‖) and
+    pl_ratio ½‖g_t‖²/(L_t − L*) with L* = 0 (each control's known minimum)."""
     rows = []
-    for name, f, seed, steps, expected, truth in cases:
+    for name, f, seed, steps, _, _ in cases():
+        run = descend(AutogradObjective(f), _start(seed), steps)
+        for t, (value, gnorm) in enumerate(zip(run.values, run.grad_norms, strict=True)):
+            row = {"control": name, "step": t, "loss": value, "grad_norm": gnorm}
+            if t + 1 in run.xs:
+                dx = (run.xs[t + 1] - run.xs[t]).norm().item()
+                dg = (run.grads[t + 1] - run.grads[t]).norm().item()
+                row["lipschitz_est"] = dg / dx if dx > 0 else float("nan")
+            row["pl_ratio"] = 0.5 * gnorm**2 / value if value > 0 else float("nan")
+            rows.append(row)
+    return rows
+
+
+def controls() -> list[dict[str, Any]]:
+    """Each control judged by ``check_assumptions`` after GD from a random point: rows with
+    name, expected and observed verdict, μ̂, L̂ (Hessian), the true values where known."""
+    rows = []
+    for name, f, seed, steps, expected, truth in cases():
         obj = AutogradObjective(f)
         out = check_assumptions(obj, descend(obj, _start(seed), steps), power_iters=40)
         rows.append({

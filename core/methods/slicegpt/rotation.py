@@ -43,14 +43,14 @@ def pca_basis(cov: torch.Tensor, damp: float = 0.01) -> tuple[torch.Tensor, torc
         raise ConfigError(f"pca_basis expects a float64 covariance, got {cov.dtype}")
     shift = damp * cov.diagonal().mean()
     damped = cov + shift * torch.eye(cov.shape[0], dtype=cov.dtype, device=cov.device)
-    with _single_thread(cov.device):
+    with single_thread(cov.device):
         eigvals, Q = torch.linalg.eigh(damped)
     order = torch.argsort(eigvals, descending=True)
     return eigvals[order] - shift, Q[:, order]
 
 
 @contextmanager
-def _single_thread(device: torch.device) -> Iterator[None]:
+def single_thread(device: torch.device) -> Iterator[None]:
     """Run a CPU eigendecomposition on one thread.
 
     MKL's multi-threaded syevd barely beats one thread at d ≈ 500-4000 and is many times

@@ -1,0 +1,160 @@
+"""The demo set: the smallest runs that fill every page of the app on one model.
+
+"Populate every page" on Home starts them as one job queue (core.jobs.queue), in an order
+that fills one page after another: the dense baseline, Wanda 50% (Attention masks and the
+effective-dimension chart), a SliceGPT sweep (Representation dimension), attention-GD 50%
+on W_Q/W_K (Assumption checks) with its magnitude and Wanda baselines on the same targets,
+then the comparisons (SparseGPT 50%, Wanda and SparseGPT 2:4) and zero-shot accuracy of the
+dense model on two tasks. Every piece uses the "demo" preset (core.fields: 8 × 128
+calibration tokens, 8 evaluation windows of 128), so the numbers are real but noisy; the
+Prune page's presets are the ones to quote.
+
+    start_demo(store, "smollm2-135m")
+    status = demo_status(store)              # core.jobs.queue.QueueStatus or None
+    piece = piece_for(PAGE_ASSUMPTIONS)      # the one run that page needs, startable alone
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.config import RunConfig
+from core.data import default_data_dir
+from core.estimate import estimate_many, estimate_seconds
+from core.fields import PRESETS
+from core.jobs.queue import QueueItem, QueueStatus, cancel_queue, queue_status, start_queue
+from core.requests import DEFAULT_MODEL, plan_request
+from core.store import RunStore
+
+QUEUE = "demo"
+PAGE_REPDIM, PAGE_ATTENTION, PAGE_ASSUMPTIONS, PAGE_RUNS = (
+    "repdim",
+    "attention",
+    "assumptions",
+    "runs",
+)
+SWEEP_GRID = "0.1,0.25,0.4"  # three points: the relation's line is visible, the fit defined
+ZEROSHOT_TASKS = "arc_easy,piqa"  # the two shortest items of the bundled tasks
+ZEROSHOT_LIMIT = 50  # items per task: one standard error ≈ 0.07, enough to see the scale
+# Attention-GD at demo size: 4 sequences × 128 tokens, at most 8 steps, 2 check points per
+# group (the defaults, 8 × 256 and 20 steps, take a quarter of an hour on a CPU).
+GD_OPTIONS = ("steps=8", "max_seq=4", "max_len=128", "check_points=2")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One run of the demo set: ``command`` and ``params`` as ``core.requests`` takes them;
+    ``page`` is the page it fills first (None: it only adds a comparison)."""
+
+    key: str
+    title: str
+    command: str
+    params: Mapping[str, Any]
+    page: str | None = None
+
+
+def _offline() -> dict[str, str]:
+    """The offline corpus for calibration and evaluation when no local data folder exists."""
+    return {} if default_data_dir() is not None else {"calib": "pydoc", "eval": "pydoc"}
+
+
+def _data(model: str) -> dict[str, Any]:
+    """Model, the demo preset's token counts and the corpora of a prune / slice / sweep."""
+    return {"model": model, **PRESETS["demo"], **_offline()}
+
+
+def _prune(model: str, method: str, **extra: Any) -> dict[str, Any]:
+    return {**_data(model), "method": method, "sparsity": 0.5, **extra}
+
+
+def _dense(model: str) -> dict[str, Any]:
+    """The evaluation the pruned runs compare with (their dense baseline has the same id)."""
+    demo = PRESETS["demo"]
+    values = {"model": model, "seqlen": demo["seqlen"], "max_windows": demo["max_windows"]}
+    return values | ({"dataset": "pydoc"} if _offline() else {})
+
+
+def demo_pieces(model: str = DEFAULT_MODEL) -> tuple[Piece, ...]:
+    """The demo set for ``model``, in the order it runs."""
+    qk = {"targets": "qk"}
+    return (
+        Piece("dense", "Dense baseline", "eval", _dense(model), PAGE_RUNS),
+        Piece("wanda", "Wanda 50%", "prune", _prune(model, "wanda"), PAGE_ATTENTION),
+        Piece(
+            "sweep",
+            f"SliceGPT sweep s = {SWEEP_GRID}",
+            "sweep",
+            {**_data(model), "method": "slicegpt", "sparsities": SWEEP_GRID},
+            PAGE_REPDIM,
+        ),
+        Piece(
+            "attention-gd",
+            "Attention-GD 50% on W_Q/W_K",
+            "prune",
+            _prune(model, "attention-gd", option=list(GD_OPTIONS), **qk),
+            PAGE_ASSUMPTIONS,
+        ),
+        Piece(
+            "magnitude-qk", "Magnitude 50% on W_Q/W_K", "prune", _prune(model, "magnitude", **qk)
+        ),
+        Piece("wanda-qk", "Wanda 50% on W_Q/W_K", "prune", _prune(model, "wanda", **qk)),
+        Piece("sparsegpt", "SparseGPT 50%", "prune", _prune(model, "sparsegpt")),
+        Piece("wanda-24", "Wanda 2:4", "prune", _prune(model, "wanda", pattern="2:4")),
+        Piece("sparsegpt-24", "SparseGPT 2:4", "prune", _prune(model, "sparsegpt", pattern="2:4")),
+        Piece(
+            "zeroshot",
+            "Zero-shot accuracy (2 tasks)",
+            "zeroshot",
+            {"model": model, "tasks": ZEROSHOT_TASKS, "limit": ZEROSHOT_LIMIT},
+        ),
+    )
+
+
+def piece_for(page: str, model: str = DEFAULT_MODEL) -> Piece:
+    """The piece of the demo set that fills ``page``."""
+    return next(p for p in demo_pieces(model) if p.page == page)
+
+
+def piece_config(store: RunStore, piece: Piece) -> RunConfig:
+    """The resolved config a piece runs (ConfigError for a model or data that do not fit)."""
+    return plan_request(piece.command, piece.params, store)
+
+
+def piece_seconds(store: RunStore, piece: Piece) -> float:
+    """Estimated duration of one piece on this machine (core.estimate)."""
+    return float(estimate_seconds(piece_config(store, piece), store))
+
+
+def demo_seconds(store: RunStore, model: str = DEFAULT_MODEL) -> float:
+    """Estimated duration of the whole set: its pieces one after another, the dense
+    baseline counted once (it is the set's first piece), stored pieces free."""
+    return float(estimate_many([piece_config(store, p) for p in demo_pieces(model)], store))
+
+
+def start_demo(store: RunStore, model: str = DEFAULT_MODEL) -> None:
+    """Start the demo set as one job queue; every piece is validated first, so a model or data
+    the set cannot use raises here, before anything starts."""
+    pieces = demo_pieces(model)
+    for p in pieces:
+        piece_config(store, p)
+    start_queue(store, QUEUE, [QueueItem(p.key, p.title, p.command, p.params) for p in pieces])
+
+
+def demo_status(store: RunStore) -> QueueStatus | None:
+    return queue_status(store, QUEUE)
+
+
+def cancel_demo(store: RunStore) -> bool:
+    return cancel_queue(store, QUEUE)
+
+
+def cli_line(piece: Piece) -> str:
+    """The ``python -m core`` command that computes the same run (the same run id)."""
+    parts = ["python -m core", piece.command]
+    for name, value in piece.params.items():
+        flag = "--" + name.replace("_", "-")
+        values = value if isinstance(value, list | tuple) else [value]
+        parts += [f"{flag} {v}" for v in values]
+    return " ".join(parts)

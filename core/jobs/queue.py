@@ -1,0 +1,230 @@
+"""A queue of background jobs run one after another (the demo set, core.demo).
+
+``start_queue`` writes the list of items (command + field values, as ``start_job`` takes
+them) to ``<root>/progress/<name>.queue.json`` and starts a driver process
+(``python -m core.jobs.queue``) that starts each item with ``start_job``, waits for its job
+to finish and records the outcome in the same file, so each piece is an ordinary job (own
+log, progress, cancel) and the app reads the whole set from one small file:
+
+    start_queue(store, "demo", [QueueItem("dense", "Dense baseline", "eval", {...}), ...])
+    status = queue_status(store, "demo")   # per item: state, run id, elapsed; the live job
+    cancel_queue(store, "demo")            # SIGINT: the running job is cancelled, the rest skipped
+
+One at a time on purpose: on a CPU two jobs share the cores and neither finishes sooner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.errors import PruneScopeError
+from core.jobs.launch import PROJECT_ROOT, cancel, start_job
+from core.jobs.records import CHILDREN, alive, send_signal
+from core.jobs.status import FINISHED, JobStatus, job_status
+from core.store import RunStore
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0
+START_S = 60.0  # a driver that has not recorded its pid by then never started
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    """One job of a queue: ``command`` and ``params`` as ``start_job`` takes them."""
+
+    key: str
+    title: str
+    command: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ItemStatus:
+    key: str
+    title: str
+    state: str  # "waiting" | "running" | one of FINISHED | "skipped"
+    job_id: str | None = None
+    run_id: str | None = None
+    elapsed: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """A queue's items and, while one runs, its live job status."""
+
+    name: str
+    state: str  # "running" | "done" | "cancelled" | "interrupted"
+    items: tuple[ItemStatus, ...]
+    elapsed: float
+    current: JobStatus | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state != "running"
+
+    @property
+    def n_done(self) -> int:
+        return sum(i.state in (*FINISHED, "skipped") for i in self.items)
+
+
+def queue_path(store: RunStore, name: str) -> Path:
+    return store.root / "progress" / f"{name}.queue.json"
+
+
+def read_queue(store: RunStore, name: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(queue_path(store, name).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _write(store: RunStore, name: str, state: dict[str, Any]) -> None:
+    path = queue_path(store, name)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(state, indent=2))
+    tmp.replace(path)
+
+
+def start_queue(store: RunStore, name: str, items: Sequence[QueueItem]) -> None:
+    """Start the driver of a queue (nothing happens while the same queue still runs)."""
+    old = read_queue(store, name)
+    if old is not None and alive(old.get("pid"), old.get("host")):
+        return
+    state = {
+        "name": name,
+        "started": time.time(),
+        "finished": None,
+        "cancelled": False,
+        "items": [{**asdict(i), "params": dict(i.params), "state": "waiting"} for i in items],
+    }
+    _write(store, name, state)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p)
+    logf = (store.root / "progress" / f"{name}.queue.log").open("w")
+    with logf:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "core.jobs.queue", "--store", str(store.root), name],
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+        )
+    CHILDREN[proc.pid] = proc  # the driver records its own pid when it starts
+
+
+def cancel_queue(store: RunStore, name: str) -> bool:
+    """Stop a queue: its running job is cancelled and the items not yet started skipped."""
+    state = read_queue(store, name)
+    if state is None or not alive(state.get("pid"), state.get("host")):
+        return False
+    send_signal(state["pid"], signal.SIGINT)
+    return True
+
+
+def queue_status(store: RunStore, name: str) -> QueueStatus | None:
+    """The queue's items as recorded by its driver; cheap (one small file, one job status)."""
+    state = read_queue(store, name)
+    if state is None:
+        return None
+    running = alive(state.get("pid"), state.get("host"))
+    items, current = [], None
+    for it in state["items"]:
+        status = it["state"]
+        if status == "running" and not running:
+            status = "interrupted"
+        items.append(
+            ItemStatus(
+                it["key"],
+                it["title"],
+                status,
+                it.get("job_id"),
+                it.get("run_id"),
+                it.get("elapsed"),
+                it.get("error"),
+            )
+        )
+        if it["state"] == "running" and running and it.get("job_id"):
+            current = job_status(store, it["job_id"])
+    if state.get("finished"):
+        overall = "cancelled" if state.get("cancelled") else "done"
+    else:
+        starting = state.get("pid") is None and time.time() - state["started"] < START_S
+        overall = "running" if running or starting else "interrupted"
+    end = state.get("finished") or time.time()
+    return QueueStatus(name, overall, tuple(items), end - state["started"], current)
+
+
+# ---- the driver ---------------------------------------------------------------------------------
+def _run_item(store: RunStore, name: str, state: dict[str, Any], item: dict[str, Any]) -> None:
+    t0 = time.time()
+    item.update(state="running", started=t0)
+    try:
+        job_id = start_job(store, item["command"], item["params"])
+    except PruneScopeError as exc:
+        item.update(state="failed", error=str(exc), elapsed=0.0)
+        return
+    item["job_id"] = job_id
+    _write(store, name, state)
+    try:
+        while not (status := job_status(store, job_id)).finished:
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        cancel(store, job_id, wait=30.0)
+        item.update(state="cancelled", elapsed=time.time() - t0)
+        raise
+    item.update(
+        state=status.state, run_id=status.run_id, error=status.error, elapsed=time.time() - t0
+    )
+
+
+def drive(store: RunStore, name: str) -> None:
+    """Run the queue's waiting items in order; SIGINT cancels the current one, skips the rest."""
+    state = read_queue(store, name)
+    if state is None:
+        raise SystemExit(f"no queue {name!r} in {store.root}")
+    state.update(pid=os.getpid(), host=socket.gethostname())
+    _write(store, name, state)
+    try:
+        for item in state["items"]:
+            if item["state"] == "waiting":
+                _run_item(store, name, state, item)
+                _write(store, name, state)
+                log.info("%s: %s %s", name, item["key"], item["state"])
+    except KeyboardInterrupt:
+        state["cancelled"] = True
+        for item in state["items"]:
+            if item["state"] == "waiting":
+                item["state"] = "skipped"
+    state["finished"] = time.time()
+    _write(store, name, state)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="run a job queue of the results store")
+    ap.add_argument("--store", required=True)
+    ap.add_argument("name")
+    args = ap.parse_args(argv)
+    # cancel_queue sends SIGINT; a driver started from a background shell inherits it ignored
+    # (and Python then keeps it ignored), and so would every job it starts.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    drive(RunStore(args.store), args.name)
+
+
+if __name__ == "__main__":
+    main()

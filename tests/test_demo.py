@@ -1,0 +1,179 @@
+"""The demo set (core.demo) and the job queue that runs it (core.jobs.queue): every piece plans
+on the models the app offers, the dense piece is every pruned piece's baseline, the CLI line
+gives the same run id, and the queue runs its items in order, records outcomes and skips
+the rest when cancelled."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import socket
+import time
+
+import pytest
+from test_app import open_page  # the same AppTest helper as the page tests
+
+from core import demo, requests
+from core.cli import build_parser, field_values
+from core.jobs import queue
+from core.jobs.status import JobStatus
+from core.runs import plan_eval
+from core.store import RunStore
+
+
+def test_every_piece_plans_and_the_dense_piece_is_their_baseline(store) -> None:
+    pieces = demo.demo_pieces("tiny-llama")
+    configs = {p.key: demo.piece_config(store, p) for p in pieces}
+    dense_id = configs["dense"].run_id
+    for key, cfg in configs.items():
+        if cfg.kind == "prune":
+            assert plan_eval(cfg.model, cfg.eval).run_id == dense_id, key
+            assert (cfg.calib.nsamples, cfg.calib.seqlen) == (8, 128)
+    assert len({c.run_id for c in configs.values()}) == len(pieces)  # no piece twice
+
+
+def test_each_analysis_page_has_the_piece_it_needs() -> None:
+    for page, kind in [
+        (demo.PAGE_REPDIM, "sweep"),
+        (demo.PAGE_ATTENTION, "prune"),
+        (demo.PAGE_ASSUMPTIONS, "prune"),
+    ]:
+        assert demo.piece_for(page, "tiny-llama").command == kind
+    gd = demo.piece_for(demo.PAGE_ASSUMPTIONS)
+    assert gd.params["method"] == "attention-gd" and gd.params["targets"] == "qk"
+
+
+@pytest.mark.parametrize("key", ["dense", "wanda-24", "sweep", "attention-gd"])
+def test_cli_line_gives_the_same_run_id(store, key) -> None:
+    piece = next(p for p in demo.demo_pieces("tiny-llama") if p.key == key)
+    argv = shlex.split(demo.cli_line(piece))[3:]  # drop "python -m core"
+    args = build_parser().parse_args(argv)
+    cli = requests.plan_request(args.command, field_values(args), store)
+    assert cli.run_id == demo.piece_config(store, piece).run_id
+
+
+# ---- the queue (start_job / job_status replaced: no subprocesses) ------------------------------------
+def fake_jobs(monkeypatch, outcomes: dict[str, str], started: list[str]) -> None:
+    def start_job(store, command, params):
+        started.append(params["name"])
+        return f"job-{params['name']}"
+
+    def job_status(store, job_id):
+        name = job_id.removeprefix("job-")
+        state = outcomes[name]
+        if state == "interrupt":
+            raise KeyboardInterrupt
+        return JobStatus(job_id, state, run_id=f"run-{name}", error=None)
+
+    monkeypatch.setattr(queue, "start_job", start_job)
+    monkeypatch.setattr(queue, "job_status", job_status)
+    monkeypatch.setattr(queue, "cancel", lambda *a, **k: True)
+
+
+def items(*names: str) -> list[queue.QueueItem]:
+    return [queue.QueueItem(n, n.upper(), "eval", {"name": n}) for n in names]
+
+
+def write_queue(store: RunStore, names: tuple[str, ...]) -> None:
+    state = {
+        "name": "q",
+        "started": time.time(),
+        "finished": None,
+        "cancelled": False,
+        "items": [
+            {"key": i.key, "title": i.title, "command": i.command, "params": dict(i.params),
+             "state": "waiting"}
+            for i in items(*names)
+        ],
+    }  # fmt: skip
+    queue._write(store, "q", state)
+
+
+def test_queue_runs_in_order_and_keeps_going_after_a_failure(store, monkeypatch) -> None:
+    started: list[str] = []
+    fake_jobs(monkeypatch, {"a": "done", "b": "failed", "c": "done"}, started)
+    write_queue(store, ("a", "b", "c"))
+    queue.drive(store, "q")
+    status = queue.queue_status(store, "q")
+    assert started == ["a", "b", "c"]
+    assert [i.state for i in status.items] == ["done", "failed", "done"]
+    assert status.items[0].run_id == "run-a"
+    assert status.state == "done" and status.n_done == 3 and status.finished
+
+
+def test_cancelled_queue_skips_what_had_not_started(store, monkeypatch) -> None:
+    started: list[str] = []
+    fake_jobs(monkeypatch, {"a": "done", "b": "interrupt", "c": "done"}, started)
+    write_queue(store, ("a", "b", "c"))
+    queue.drive(store, "q")
+    status = queue.queue_status(store, "q")
+    assert started == ["a", "b"]
+    assert [i.state for i in status.items] == ["done", "cancelled", "skipped"]
+    assert status.state == "cancelled"
+
+
+def test_a_driver_that_died_reads_as_interrupted(store) -> None:
+    write_queue(store, ("a",))
+    state = queue.read_queue(store, "q")
+    state.update(pid=2**22 + 12345, host="elsewhere")  # no such process
+    state["items"][0]["state"] = "running"
+    queue._write(store, "q", state)
+    status = queue.queue_status(store, "q")
+    assert status.state == "interrupted" and status.items[0].state == "interrupted"
+
+
+@pytest.mark.slow
+def test_real_queue_of_two_tiny_runs(store) -> None:
+    """The driver subprocess starts real jobs one after another."""
+    base = {"model": "tiny-llama", "device": "cpu", "seqlen": 32, "max_windows": 2}
+    queue.start_queue(
+        store,
+        "q",
+        [
+            queue.QueueItem("d", "dense", "eval", {**base, "dataset": "pydoc"}),
+            queue.QueueItem("w", "wanda", "prune", {**base, "calib": "pydoc", "eval": "pydoc",
+                                                   "nsamples": 2}),
+        ],
+    )  # fmt: skip
+    deadline = time.time() + 300
+    while not (status := queue.queue_status(store, "q")).finished and time.time() < deadline:
+        time.sleep(1)
+    assert [i.state for i in status.items] == ["done", "done"], status
+    assert store.get(status.items[1].run_id).kind == "prune"
+
+
+# ---- the app: Home's button, the sidebar's progress ------------------------------------------------------
+def demo_state(store: RunStore, states: list[str], pid: int | None) -> None:
+    write_queue(store, tuple(f"p{i}" for i in range(len(states))))
+    state = queue.read_queue(store, "q")
+    state.update(pid=pid, host=socket.gethostname())
+    for item, s in zip(state["items"], states, strict=True):
+        item["state"] = s
+    queue._write(store, demo.QUEUE, state)
+
+
+def test_home_offers_the_demo_set_with_its_estimated_time(store) -> None:
+    at = open_page("home")
+    labels = [b.label for b in at.button]
+    assert any(re.match(r"Populate every page \(about \d", b) for b in labels), labels
+    assert "SliceGPT sweep" in "\n".join(c.value for c in at.caption)
+
+
+# app.py draws the sidebar around every page; AppTest keeps it only for the first page run.
+def test_sidebar_shows_the_running_set(store) -> None:
+    demo_state(store, ["done", "running", "waiting"], os.getpid())
+    at = open_page("home")
+    progress = list(at.sidebar.get("progress"))
+    assert progress and "Demo set 1/3" in str(progress[0].proto.text)
+    assert any(b.label == "Cancel the demo set" for b in at.button)
+
+
+def test_sidebar_says_how_a_finished_set_ended(store) -> None:
+    demo_state(store, ["done", "failed", "done"], None)
+    state = queue.read_queue(store, demo.QUEUE)
+    state["finished"] = state["started"] + 75
+    queue._write(store, demo.QUEUE, state)
+    at = open_page("home")
+    text = "\n".join(c.value for c in at.sidebar.caption)
+    assert "Demo set done in 1:15" in text and "not done: P1" in text
