@@ -17,6 +17,7 @@ import torch
 
 from core.adapter import ModelAdapter
 from core.attention import attention_errors, attention_probs
+from core.layer_inputs import linear_inputs
 
 
 @dataclass
@@ -44,26 +45,7 @@ class AttentionProbe:
     ) -> AttentionProbe:
         """Run the (still dense) model on ids (N, L) and keep every layer's q_proj input.
         ``dense``: another probe's dense W_Q/W_K of the same model, shared instead of cloned."""
-        X: list[list[torch.Tensor]] = [[] for _ in range(adapter.n_layers)]
-        handles = []
-        for i, layer in enumerate(adapter.layers):
-            q = adapter.linears(layer, ("q",))["q"]
-
-            def grab(_m, args, i=i) -> None:
-                X[i].append(args[0].detach().float().cpu())
-
-            handles.append(q.register_forward_pre_hook(grab))
-        try:
-            for row in ids:
-                adapter.backbone(input_ids=row[None].to(device), use_cache=False)
-        finally:
-            for h in handles:
-                h.remove()
-        L = ids.shape[1]
-        pos = torch.arange(L, device=device)[None]
-        hidden = torch.zeros(1, L, adapter.hidden_size, device=device)
-        rope = adapter.position_embeddings(hidden, pos)
-        rope = None if rope is None else (rope[0][0].float().cpu(), rope[1][0].float().cpu())
+        X, rope = linear_inputs(adapter, ids, "q", device)
         if dense is None:
             dense = [
                 tuple(
@@ -72,7 +54,7 @@ class AttentionProbe:
                 )
                 for layer in adapter.layers
             ]
-        return cls(name, [torch.cat(x) for x in X], rope, dense)  # type: ignore[arg-type]
+        return cls(name, [X[i] for i in range(adapter.n_layers)], rope, dense)  # type: ignore[arg-type]
 
     @torch.no_grad()
     def errors(self, adapter: ModelAdapter, causal: bool = True) -> list[dict[str, Any]]:

@@ -1,20 +1,21 @@
 """The shared layer-by-layer calibration runner (Wanda / SparseGPT "sequential" scheme).
 
-1. Capture the inputs of decoder layer 0 for the calibration batch (a pre-hook that stops
-   the forward, so no layer runs and nothing but the embeddings needs the device).
-2. For each decoder layer in turn: move it to the compute device, hook its linears to
-   accumulate input statistics (Gram matrices x xᵀ; raw inputs when a method asks), let the
-   method edit the weights, re-run the layer so its *pruned* outputs feed the next layer,
-   and move it back. Only one layer sits on the device at a time, so models larger than the
-   device's memory can be pruned; calibration activations can live on the CPU.
+1. Capture the inputs of decoder layer 0 for the calibration batch
+   (``core.layer_inputs.capture_layer_inputs``: only the embeddings need the device).
+2. For each decoder layer in turn: fetch it to the compute device (``core.offload``: from
+   memory, or read from safetensors when streamed), hook its linears to accumulate input
+   statistics (Gram matrices x xᵀ; raw inputs when a method asks), let the method edit the
+   weights, re-run the layer so its *pruned* outputs feed the next layer, and release it
+   (home again, or written out and dropped when streamed). Only one layer's weights sit on
+   the device at a time; calibration activations can live on the CPU.
 
 Two savings over the reference implementations' loop: the statistics pass stops once the
 last hooked linear has read its input (for all seven roles, ~a quarter of the layer's
 linear FLOPs are skipped), and the pruned outputs overwrite the inputs batch by batch, so
 one (N, L, d) activation buffer serves the whole walk.
 
-Layer calls go through ``forward_layer``, which accepts tensor or tuple outputs and the
-keyword arguments the model itself passed to layer 0, so it survives transformers drift.
+Layer calls go through ``core.layer_inputs.forward_layer`` with the keyword arguments the
+model itself passed to layer 0, so they survive transformers drift.
 """
 
 from __future__ import annotations
@@ -30,8 +31,17 @@ import torch
 from torch import nn
 
 from core.adapter import SHARED_INPUT, ModelAdapter
+from core.layer_inputs import (
+    LayerInputs,
+    StopForward,
+    capture_layer_inputs,
+    forward_layer,
+    move,
+    propagate,
+)
 from core.memory import trim_heap
 from core.methods.base import SAMPLE_ROWS, LayerContext, LinearReport, LinearStats, Method
+from core.offload import Offload
 from core.progress import ProgressFn, report
 
 log = logging.getLogger(__name__)
@@ -39,107 +49,6 @@ log = logging.getLogger(__name__)
 
 # Per-sequence Gram products are summed in float64 (see _StatsCollector), handed over in float32.
 GRAM_DTYPE = torch.float64
-
-
-class _StopForward(Exception):
-    """Raised by the layer-0 pre-hook once its inputs are captured."""
-
-
-def move(
-    obj: Any, device: torch.device | str | None = None, dtype: torch.dtype | None = None
-) -> Any:
-    """Move tensors (possibly nested in tuples/lists/dicts) to a device; floats to dtype."""
-    if isinstance(obj, torch.Tensor):
-        if dtype is not None and obj.is_floating_point():
-            return obj.to(device=device, dtype=dtype)
-        return obj.to(device=device)
-    if isinstance(obj, tuple):
-        return tuple(move(o, device, dtype) for o in obj)
-    if isinstance(obj, list):
-        return [move(o, device, dtype) for o in obj]
-    if isinstance(obj, dict):
-        return {k: move(v, device, dtype) for k, v in obj.items()}
-    return obj
-
-
-@dataclass
-class LayerInputs:
-    """Decoder-layer inputs for the calibration set, one entry per mini-batch.
-
-    hidden[b]: (B, L, d) in the model's dtype, on ``store_device``.
-    kwargs[b]: the keyword arguments the model passes to a decoder layer for that batch
-        (attention mask, position ids, RoPE (cos, sin), ...), kept on ``store_device``.
-    """
-
-    hidden: list[torch.Tensor]
-    kwargs: list[dict[str, Any]]
-
-    @property
-    def n_tokens(self) -> int:
-        return sum(h.shape[0] * h.shape[1] for h in self.hidden)
-
-
-def model_device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-@torch.no_grad()
-def capture_layer_inputs(
-    adapter: ModelAdapter,
-    input_ids: torch.Tensor,
-    device: torch.device,
-    batch_size: int = 8,
-    store_device: torch.device | None = None,
-) -> LayerInputs:
-    """Run the model up to decoder layer 0 and keep what layer 0 receives.
-
-    input_ids: (N, L) calibration tokens. Only the embeddings and rotary module move to
-    ``device``; they go back to where they were afterwards.
-    """
-    store_device = store_device or device
-    model, first = adapter.model, adapter.layers[0]
-    hidden: list[torch.Tensor] = []
-    kwargs: list[dict[str, Any]] = []
-
-    def grab(_module: nn.Module, args: tuple, kw: dict) -> None:
-        h = args[0] if args else kw.pop("hidden_states")
-        kw = {k: v for k, v in kw.items() if k not in ("hidden_states", "cache", "past_key_values")}
-        hidden.append(h.to(store_device))
-        kwargs.append(move(kw, store_device))
-        raise _StopForward
-
-    pre_modules = [adapter.embed_tokens] + ([adapter.rotary_emb] if adapter.rotary_emb else [])
-    homes = [model_device(m) if any(True for _ in m.parameters()) else None for m in pre_modules]
-    for m in pre_modules:
-        m.to(device)
-    handle = first.register_forward_pre_hook(grab, with_kwargs=True)
-    try:
-        for start in range(0, input_ids.shape[0], batch_size):
-            batch = input_ids[start : start + batch_size].to(device)
-            with contextlib.suppress(_StopForward):
-                model(input_ids=batch, use_cache=False)
-    finally:
-        handle.remove()
-        for m, home in zip(pre_modules, homes, strict=True):
-            if home is not None:
-                m.to(home)
-    return LayerInputs(hidden, kwargs)
-
-
-def forward_layer(layer: nn.Module, hidden: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
-    """Call a decoder layer the way the model does; accept tensor or tuple outputs."""
-    out = layer(hidden, **kwargs)
-    return out[0] if isinstance(out, tuple) else out
-
-
-@torch.no_grad()
-def propagate(layer: nn.Module, inputs: LayerInputs, device: torch.device) -> None:
-    """Run one layer over every calibration batch, overwriting each batch's inputs with its
-    outputs: they are the next layer's inputs. Batch b is read in full before it is
-    overwritten, so one activation buffer suffices and nothing activation-sized is
-    reallocated from layer to layer."""
-    for h, kw in zip(inputs.hidden, inputs.kwargs, strict=True):
-        h.copy_(forward_layer(layer, h.to(device), move(kw, device)))
 
 
 class _StatsCollector:
@@ -157,7 +66,7 @@ class _StatsCollector:
     position (about SAMPLE_ROWS of them), written into a buffer allocated once.
 
     The collector learns on the first batch which hooked linear reads its input last; from
-    then on that hook raises ``_StopForward`` (``stop_at``), ending the layer call early.
+    then on that hook raises ``StopForward`` (``stop_at``), ending the layer call early.
     """
 
     def __init__(
@@ -218,7 +127,7 @@ class _StatsCollector:
             if not self.learned:
                 self.fired.append(module)
             elif module is self.stop_at:
-                raise _StopForward
+                raise StopForward
 
         return hook
 
@@ -252,7 +161,7 @@ def collect_statistics(
     projection's product and the residual add) is not needed.
     """
     for h, kw in zip(inputs.hidden, inputs.kwargs, strict=True):
-        with contextlib.suppress(_StopForward):
+        with contextlib.suppress(StopForward):
             forward_layer(layer, h.to(device), move(kw, device))
         collector.batch_done()
 
@@ -285,22 +194,26 @@ def run_layerwise(
     activations_on_cpu: bool = False,
     on_progress: ProgressFn | None = None,
     stage: str = "prune",
+    offload: Offload | None = None,
+    changes: bool = True,
 ) -> RunnerResult:
     """Walk the decoder layers sequentially, calling ``layer_fn`` on each.
 
     sparsity[i] maps role -> target sparsity of layer i (None: 0 for every role). Layers
-    live wherever they are (CPU when offloading) and visit ``device`` one at a time.
+    visit ``device`` one at a time through ``offload`` (default: in memory, each layer
+    moved to ``device`` and back home); ``changes``: whether ``layer_fn`` edits weights
+    (a streamed walk then writes each layer out, and closes its output at the end).
     """
     device = torch.device(device)
+    offload = offload or Offload(adapter.model, device)
     store = torch.device("cpu") if activations_on_cpu else device
-    inputs = capture_layer_inputs(adapter, calib_ids, device, batch_size, store)
+    inputs = capture_layer_inputs(adapter, calib_ids, device, batch_size, store, offload)
     result = RunnerResult()
     n = adapter.n_layers
     report(on_progress, stage, 0, n)
     for i, layer in enumerate(adapter.layers):
         t0 = time.perf_counter()
-        home = model_device(layer)
-        layer.to(device)
+        offload.fetch(layer)
         linears = adapter.linears(layer, tuple(roles))
         collector = _StatsCollector(linears, needs_gram, needs_inputs, store, inputs.n_tokens)
         try:
@@ -308,7 +221,6 @@ def run_layerwise(
         finally:
             collector.remove()
         collector.finish()
-        pos = inputs.kwargs[0].get("position_embeddings") if inputs.kwargs else None
         ctx = LayerContext(
             index=i,
             n_layers=n,
@@ -320,7 +232,7 @@ def run_layerwise(
             sparsity=dict(sparsity[i]) if sparsity is not None else {r: 0.0 for r in roles},
             pattern=pattern,
             device=device,
-            position_embeddings=move(pos, device),
+            position_embeddings=inputs.position_embeddings(device),
         )
         result.reports.extend(layer_fn(ctx))
         for name, rows in ctx.tables.items():
@@ -328,11 +240,13 @@ def run_layerwise(
         result.arrays.update({k: v.detach().cpu() for k, v in ctx.arrays.items()})
         del collector, ctx
         propagate(layer, inputs, device)  # pruned outputs feed layer i+1
-        layer.to(home)
+        offload.release(layer, changed=changes)
         trim_heap()  # hand back this layer's freed working set, so RSS does not creep
         result.layer_seconds.append(time.perf_counter() - t0)
         log.debug("layer %d/%d done in %.2fs", i + 1, n, result.layer_seconds[-1])
         report(on_progress, stage, i + 1, n, f"layer {i + 1}/{n}")
+    if changes:
+        offload.finish()
     return result
 
 

@@ -58,23 +58,35 @@ def _scale_inputs(lin: nn.Linear, gamma: torch.Tensor) -> None:
     lin.weight.data = (W.double() * gamma.double().to(W.device)).to(W.dtype)
 
 
-def fold_norms(adapter: ModelAdapter) -> float:
-    """Fold every RMSNorm's γ into the linears reading it and replace the norms by FoldedRMSNorm.
-
-    input_layernorm -> q, k, v; post_attention_layernorm -> gate, up; final norm -> lm_head.
-    Function preserving. Returns ε.
-    """
+def fold_layer_norms(adapter: ModelAdapter, index: int) -> None:
+    """Fold decoder layer ``index``'s two RMSNorms into the linears reading them
+    (input_layernorm -> q, k, v; post_attention_layernorm -> gate, up) and replace the
+    norms by FoldedRMSNorm. Function preserving; the layer must be materialised."""
     d, eps = adapter.hidden_size, adapter.rms_eps
-    for i, layer in enumerate(adapter.layers):
-        lin = adapter.linears(layer)
-        for norm_attr, roles in (("input_layernorm", "qkv"), ("post_attention_layernorm", "gu")):
-            gamma = _check_rms_norm(getattr(layer, norm_attr), d, eps, f"layer {i} {norm_attr}")
-            for role in {"qkv": ("q", "k", "v"), "gu": ("gate", "up")}[roles]:
-                _scale_inputs(lin[role], gamma)
-            setattr(layer, norm_attr, FoldedRMSNorm(d, eps))
+    layer = adapter.layers[index]
+    lin = adapter.linears(layer)
+    for norm_attr, roles in (("input_layernorm", "qkv"), ("post_attention_layernorm", "gu")):
+        gamma = _check_rms_norm(getattr(layer, norm_attr), d, eps, f"layer {index} {norm_attr}")
+        for role in {"qkv": ("q", "k", "v"), "gu": ("gate", "up")}[roles]:
+            _scale_inputs(lin[role], gamma)
+        setattr(layer, norm_attr, FoldedRMSNorm(d, eps))
+
+
+def fold_final_norm(adapter: ModelAdapter) -> float:
+    """Fold the final norm's γ into lm_head and replace it by FoldedRMSNorm. Returns ε."""
+    d, eps = adapter.hidden_size, adapter.rms_eps
     _scale_inputs(adapter.lm_head, _check_rms_norm(adapter.final_norm, d, eps, "final norm"))
     adapter.backbone.norm = FoldedRMSNorm(d, eps)
     return eps
+
+
+def fold_norms(adapter: ModelAdapter) -> float:
+    """Fold every RMSNorm's γ into the linears reading it and replace the norms by
+    FoldedRMSNorm (``fold_layer_norms`` for each layer, then ``fold_final_norm``).
+    Function preserving. Returns ε."""
+    for i in range(adapter.n_layers):
+        fold_layer_norms(adapter, i)
+    return fold_final_norm(adapter)
 
 
 def center_embeddings(embed: nn.Embedding) -> None:

@@ -3,7 +3,7 @@
 Ashkboos et al., ICLR'24 (arXiv 2401.15024; papers.md §6). For a pre-norm decoder whose
 norms are RMSNorm, the steps are:
 
-1. **Fold** (``untie_head``, ``fold_norms``). Each norm's γ moves into the linears that read
+1. **Fold** (``untie_head``, ``fold_layer_norms``, ``fold_final_norm``). Each norm's γ moves into the linears that read
    it, W ← W·diag(γ). What remains is N(x) = x / √(‖x‖²/d + ε) with d the *original* width,
    which commutes with any orthogonal Q: N(xQ) = N(x)Q (computational invariance, §6). No
    embedding mean-centring by default: the reference ``fuse_modules`` centres the embeddings
@@ -44,7 +44,13 @@ import torch
 
 from core.adapter import ModelAdapter
 from core.errors import ConfigError
-from core.methods.slicegpt.folding import center_embeddings, fold_norms, untie_head
+from core.layer_inputs import capture_layer_inputs
+from core.methods.slicegpt.folding import (
+    center_embeddings,
+    fold_final_norm,
+    fold_layer_norms,
+    untie_head,
+)
 from core.methods.slicegpt.modules import (
     SlicedDecoderLayer,
     SliceSpec,
@@ -62,8 +68,8 @@ from core.methods.slicegpt.rotation import (
     rotate_outputs,
     sliced_width,
 )
+from core.offload import Offload
 from core.progress import ProgressFn, report
-from core.runner import capture_layer_inputs, model_device
 
 log = logging.getLogger(__name__)
 
@@ -263,12 +269,16 @@ def slice_model(
     options: SliceOptions | None = None,
     device: torch.device | str = "cpu",
     on_progress: ProgressFn | None = None,
+    offload: Offload | None = None,
 ) -> SliceReport:
     """Slice a Llama-shaped RMSNorm model **in place** to width d′ = sliced_width(d, s).
 
     model: LoadedModel, ModelAdapter or the HF causal LM. calib_ids: (N, L) calibration
-    tokens. Layers visit ``device`` one at a time; calibration activations live there too.
-    Afterwards ``model.slicing`` holds the SliceSpec and ``save_sliced`` can store it.
+    tokens. Modules visit ``device`` one at a time through ``offload`` (default: in memory;
+    ``core.stream.StreamedOffload`` reads and writes them as safetensors); calibration
+    activations live on ``device``. Each layer's norms are folded just before it is sliced
+    (folding is per layer, so this equals folding them all first). Afterwards
+    ``model.slicing`` holds the SliceSpec and ``save_sliced`` can store it.
     """
     options = options or SliceOptions()
     adapter = as_adapter(model)
@@ -276,35 +286,42 @@ def slice_model(
     d, n = adapter.hidden_size, adapter.n_layers
     width = sliced_width(d, sparsity, options.round_to)
     device = torch.device(device)
+    offload = offload or Offload(adapter.model, device)
     t0 = time.perf_counter()
     n_dense, n_layers_dense = adapter.n_params(), _n_layer_params(adapter)
 
     untie_head(adapter.model)
+    embed = offload.fetch(adapter.embed_tokens)
     if options.center_embeddings:
-        center_embeddings(adapter.embed_tokens)
-    eps = fold_norms(adapter)
-    inputs = capture_layer_inputs(adapter, calib_ids, device, options.batch_size)
+        center_embeddings(embed)
+    inputs = capture_layer_inputs(adapter, calib_ids, device, options.batch_size, offload=offload)
     bounds = _Boundaries(options, device)
     report(on_progress, "slice", 0, n)
 
     Q = bounds.basis(inputs.hidden, width, "embed", None)
-    rotate_embeddings(adapter.embed_tokens, Q, width)
+    rotate_embeddings(embed, Q, width)
+    offload.release(embed, changed=True)
     hidden = [h @ Q[:, :width].to(h.dtype) for h in inputs.hidden]  # (B, L, d′)
     inputs.hidden.clear()  # only the sliced copy is needed from here on
     widths: list[tuple[int, int, int]] = []
     for i in range(n):
-        layer = adapter.layers[i]
-        home = model_device(layer)
-        layer.to(device)
+        offload.fetch(adapter.layers[i])
+        fold_layer_norms(adapter, i)
         w = (width, width, d if i == n - 1 and not options.slice_head else width)
         new, hidden, Q = _slice_layer(adapter, i, hidden, inputs.kwargs, Q, w, bounds)
-        adapter.layers[i] = new.to(home)
+        adapter.layers[i] = new
+        offload.release(new, changed=True)
         widths.append(w)
         report(on_progress, "slice", i + 1, n, f"layer {i + 1}/{n}")
     del hidden
 
-    head = adapter.lm_head
+    offload.fetch(adapter.final_norm)
+    head = offload.fetch(adapter.lm_head)
+    eps = fold_final_norm(adapter)
     rotate_inputs(head, Q, widths[-1][2])
+    offload.release(head, changed=True)
+    offload.release(adapter.final_norm, changed=True)
+    offload.finish()
     spec = SliceSpec(d, eps, widths, float(sparsity), asdict(options))
     adapter.model.slicing = spec
     result = SliceReport(
