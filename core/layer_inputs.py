@@ -123,9 +123,14 @@ def forward_layer(layer: nn.Module, hidden: torch.Tensor, kwargs: dict[str, Any]
 def propagate(layer: nn.Module, inputs: LayerInputs, device: torch.device) -> None:
     """Run one layer over every batch, overwriting each batch's inputs with its outputs:
     they are the next layer's inputs. Batch b is read in full before it is overwritten, so
-    one activation buffer serves the whole walk."""
-    for h, kw in zip(inputs.hidden, inputs.kwargs, strict=True):
-        h.copy_(forward_layer(layer, h.to(device), move(kw, device)))
+    one activation buffer serves the whole walk (unless the layer changes the width, as
+    SliceGPT's last layer does: that batch then gets a new buffer)."""
+    for b, (h, kw) in enumerate(zip(inputs.hidden, inputs.kwargs, strict=True)):
+        out = forward_layer(layer, h.to(device), move(kw, device))
+        if out.shape == h.shape:
+            h.copy_(out)
+        else:
+            inputs.hidden[b] = out.to(h.device)
 
 
 VisitFn = Callable[[int, nn.Module], None]

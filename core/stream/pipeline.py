@@ -1,0 +1,127 @@
+"""Prune, slice and evaluate a safetensors model folder without ever holding the model.
+
+The model is a meta-device skeleton (``core.stream.residency``); every walk (calibration
+capture, the shared runner or SliceGPT, perplexity) fetches one module at a time from the
+source files, and a changed module is written to the output folder's shards as soon as it is
+released. Peak memory is then about one decoder layer plus the calibration (or evaluation)
+activations, whatever the model's size:
+
+    prune_streamed("big/", "big-wanda/", prune_cfg, calib_ids)
+    perplexity_streamed("big-wanda/", windows)
+
+The output folder reloads with ``transformers.AutoModelForCausalLM.from_pretrained``
+(SliceGPT folders: ``core.methods.slicegpt.load_sliced``) and is streamed the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.adapter import ModelAdapter
+from core.config import PruneConfig
+from core.methods.slicegpt import SLICING_FILE, is_sliced
+from core.models import LoadedModel
+from core.perplexity import PerplexityResult, layerwise_perplexity
+from core.progress import ProgressFn
+from core.runs.apply import apply_prune
+from core.stream.residency import StreamedOffload, skeleton
+from core.stream.weights import INDEX_FILE, SHARD_BYTES, SINGLE_FILE, LazyWeights, ShardWriter
+
+# files of a model folder that are not weights or config: tokenizer and generation settings
+_WEIGHT_FILES = {SINGLE_FILE, INDEX_FILE, "config.json", SLICING_FILE}
+
+
+@dataclass
+class StreamedRun:
+    """What a streamed prune/slice did: the method's result and allocation rows, the output
+    folder and the most parameters ever materialised at once."""
+
+    result: Any
+    alloc_rows: list[dict[str, Any]]
+    folder: Path
+    peak_materialised: int
+
+
+def open_streamed(
+    folder: str | Path,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    writer: ShardWriter | None = None,
+    attn_implementation: str | None = None,
+) -> tuple[LoadedModel, StreamedOffload]:
+    """A folder's meta skeleton as a LoadedModel (no tokenizer) and its streamed residency."""
+    model = skeleton(folder, dtype, attn_implementation)
+    lm = LoadedModel(model, None, ModelAdapter.from_model(model), str(folder), "streamed")
+    return lm, StreamedOffload(model, device, LazyWeights(folder), writer)
+
+
+def _fill(source: Path, model: torch.nn.Module):
+    """Write config (and the SliceGPT widths) and copy tokenizer files into the new folder."""
+
+    def fill(tmp: Path) -> None:
+        model.config.save_pretrained(tmp)
+        if is_sliced(model):
+            (tmp / SLICING_FILE).write_text(json.dumps(model.slicing.to_json(), indent=2) + "\n")
+        for f in source.iterdir():
+            if f.is_file() and f.name not in _WEIGHT_FILES and not f.name.endswith(".safetensors"):
+                shutil.copy2(f, tmp / f.name)
+
+    return fill
+
+
+def prune_streamed(
+    source: str | Path,
+    out: str | Path,
+    prune: PruneConfig,
+    calib_ids: torch.Tensor,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    activations_on_cpu: bool = False,
+    shard_bytes: int = SHARD_BYTES,
+    progress: ProgressFn | None = None,
+    attn_implementation: str | None = None,
+) -> StreamedRun:
+    """Prune or slice the model in ``source`` with a resolved config, layer by layer, into
+    ``out`` (written shard by shard; nothing is left there if it fails)."""
+    source, device = Path(source), torch.device(device)
+    writer = ShardWriter(out, shard_bytes)
+    lm, offload = open_streamed(source, device, dtype, writer, attn_implementation)
+    try:
+        result, rows = apply_prune(
+            lm,
+            prune,
+            calib_ids,
+            device,
+            progress,
+            offload=offload,
+            activations_on_cpu=activations_on_cpu,
+        )
+        folder = writer.finish(offload.source, _fill(source, lm.model))
+    except BaseException:
+        writer.abort()
+        raise
+    return StreamedRun(result, rows, folder, offload.peak_materialised)
+
+
+def perplexity_streamed(
+    folder: str | Path,
+    windows: torch.Tensor,
+    batch_size: int = 4,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    activations_on_cpu: bool = False,
+    progress: ProgressFn | None = None,
+    attn_implementation: str | None = None,
+) -> tuple[PerplexityResult, int]:
+    """Perplexity of a model folder on windows (n, L), layer by layer; also the most
+    parameters materialised at once."""
+    lm, offload = open_streamed(folder, device, dtype, None, attn_implementation)
+    store = torch.device("cpu") if activations_on_cpu else torch.device(device)
+    res = layerwise_perplexity(lm.adapter, windows, batch_size, offload, store, progress)
+    return res, offload.peak_materialised
