@@ -20,6 +20,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from core.methods.slicegpt import SLICING_FILE, SliceSpec, apply_structure
+from core.memory import trim_heap
 from core.offload import Offload
 from core.stream.weights import LazyWeights, ShardWriter
 
@@ -116,6 +117,7 @@ class StreamedOffload(Offload):
                 if b is not None:
                     persistent = attr not in sub._non_persistent_buffers_set
                     sub._buffers[attr] = b.to("meta" if persistent else "cpu")
+        trim_heap()  # hand the freed module back to the OS, so RSS does not creep
 
     def finish(self) -> None:
         """Nothing to close here: the caller finishes its ``ShardWriter`` (it adds the

@@ -25,7 +25,7 @@ from core.errors import ModelLoadError
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-SHARD_BYTES = 256 * 2**20  # a shard is written once this much is buffered
+SHARD_BYTES = 32 * 2**20  # a shard is written once this much is buffered (~ a layer)
 
 
 def weight_map(folder: str | Path) -> dict[str, str]:
@@ -71,20 +71,24 @@ class LazyWeights:
         return out
 
     def nbytes(self) -> int:
-        """Bytes of all tensors (from the headers; nothing is read)."""
-        total = 0
-        for file in set(self.files.values()):
-            with safe_open(self.folder / file, framework="pt") as f:
-                for key in f.keys():  # noqa: SIM118 (a safe_open handle, not a dict)
-                    sl = f.get_slice(key)
-                    n = 1
-                    for s in sl.get_shape():
-                        n *= s
-                    total += n * _DTYPE_BYTES.get(sl.get_dtype(), 4)
-        return total
+        """Bytes of all tensors (from the file headers; no tensor is read)."""
+        return sum(tensor_bytes(self.folder / file) for file in set(self.files.values()))
 
 
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U8": 1, "BOOL": 1}
+
+
+def tensor_bytes(path: str | Path) -> int:
+    """Bytes of the tensors in one safetensors file, from its header."""
+    total = 0
+    with safe_open(path, framework="pt") as f:
+        for key in f.keys():  # noqa: SIM118 (a safe_open handle, not a dict)
+            sl = f.get_slice(key)
+            n = 1
+            for dim in sl.get_shape():
+                n *= dim
+            total += n * _DTYPE_BYTES[sl.get_dtype()]
+    return total
 
 
 class ShardWriter:
@@ -141,13 +145,7 @@ class ShardWriter:
         its files (config, tokenizer) to the temporary folder, then move the folder into
         place (replacing an old one)."""
         if source is not None:
-            for key in source.files:
-                if not self.replaced(key):
-                    t = source.read([key])[key]
-                    self.buffer[key] = t
-                    self.buffered += t.numel() * t.element_size()
-                    if self.buffered >= self.shard_bytes:
-                        self.flush()
+            self._copy_unreplaced(source)
         self.flush()
         index = {
             "metadata": {"total_size": self.total},
@@ -160,6 +158,29 @@ class ShardWriter:
             shutil.rmtree(self.folder)
         self.tmp.rename(self.folder)
         return self.folder
+
+    def _copy_unreplaced(self, source: LazyWeights) -> None:
+        """Source files none of whose tensors were replaced are copied whole (no tensor
+        passes through memory); the others' unreplaced tensors one at a time."""
+        by_file: dict[str, list[str]] = defaultdict(list)
+        for key, file in source.files.items():
+            by_file[file].append(key)
+        for file, keys in sorted(by_file.items()):
+            kept = [k for k in keys if not self.replaced(k)]
+            if kept and len(kept) == len(keys):
+                self.flush()
+                self.n_shards += 1
+                name = f"model-{self.n_shards:05d}.safetensors"
+                shutil.copyfile(source.folder / file, self.tmp / name)
+                self.files.update(dict.fromkeys(keys, name))
+                self.total += tensor_bytes(source.folder / file)
+                continue
+            for key in kept:
+                t = source.read([key])[key]
+                self.buffer[key] = t
+                self.buffered += t.numel() * t.element_size()
+                if self.buffered >= self.shard_bytes:
+                    self.flush()
 
     def abort(self) -> None:
         """Drop everything written so far."""
