@@ -19,8 +19,8 @@ from accelerate import init_empty_weights
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from core.methods.slicegpt import SLICING_FILE, SliceSpec, apply_structure
 from core.memory import trim_heap
+from core.methods.slicegpt import SLICING_FILE, SliceSpec, apply_structure
 from core.offload import Offload
 from core.stream.weights import LazyWeights, ShardWriter
 
