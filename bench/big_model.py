@@ -30,15 +30,14 @@ import time
 from pathlib import Path
 
 import torch
-from accelerate import init_empty_weights
-from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import AutoModelForCausalLM
 
 from core.config import PruneConfig
 from core.methods.slicegpt import load_sliced
 from core.perplexity import evaluate_perplexity
 from core.stream.pipeline import perplexity_streamed, prune_streamed
-from core.stream.weights import INDEX_FILE, LazyWeights
+from core.stream.synthetic import llama_config, write_random_model
+from core.stream.weights import LazyWeights
 
 METHODS = {"wanda": 0.5, "sparsegpt": 0.5, "slicegpt": 0.25}
 GOAL = 0.35
@@ -48,59 +47,11 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
-def config(args) -> LlamaConfig:
-    return LlamaConfig(
-        hidden_size=args.hidden,
-        intermediate_size=args.intermediate,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.hidden // 64,
-        num_key_value_heads=args.hidden // 64,
-        vocab_size=args.vocab,
-        max_position_embeddings=2048,
-        tie_word_embeddings=False,
-        rms_norm_eps=1e-6,
-    )
-
-
 def build(args) -> dict:
-    """Random weights (std 0.02, norms 1) written one unit per shard: embeddings, each
-    decoder layer, final norm + head. Only one unit exists in memory at a time."""
-    folder = Path(args.workdir) / "source"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    cfg = config(args)
-    with init_empty_weights():
-        shapes = {
-            n: tuple(p.shape) for n, p in AutoModelForCausalLM.from_config(cfg).named_parameters()
-        }
-    units: dict[str, list[str]] = {}
-    for name in shapes:
-        parts = name.split(".")
-        unit = (
-            ".".join(parts[:3])
-            if parts[1:2] == ["layers"]
-            else ("embed" if "embed" in name else "head")
-        )
-        units.setdefault(unit, []).append(name)
-    gen = torch.Generator().manual_seed(0)
-    weight_map, total = {}, 0
-    for i, names in enumerate(units.values()):
-        tensors = {}
-        for n in names:
-            norm = len(shapes[n]) == 1
-            tensors[n] = (
-                torch.ones(shapes[n]) if norm else torch.randn(shapes[n], generator=gen) * 0.02
-            )
-        file = f"model-{i + 1:05d}-of-{len(units):05d}.safetensors"
-        save_file(tensors, folder / file, metadata={"format": "pt"})
-        total += sum(t.numel() * 4 for t in tensors.values())
-        weight_map.update(dict.fromkeys(names, file))
-        del tensors
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (folder / INDEX_FILE).write_text(json.dumps(index, indent=2))
-    cfg.architectures = ["LlamaForCausalLM"]
-    cfg.save_pretrained(folder)
-    return {"weight_bytes": total, "n_params": total // 4, "shards": len(units)}
+    """The random source model, one unit per shard (``core.stream.synthetic``)."""
+    cfg = llama_config(args.layers, args.hidden, args.intermediate, args.vocab)
+    total = write_random_model(Path(args.workdir) / "source", cfg, torch.float32)
+    return {"weight_bytes": total, "n_params": total // 4, "shards": args.layers + 2}
 
 
 def _ids(args, n: int, L: int, seed: int) -> torch.Tensor:

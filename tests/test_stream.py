@@ -143,3 +143,18 @@ def test_linear_inputs_stream_like_in_memory(source):
     assert all(torch.equal(X[i], Xs[i]) for i in X)
     assert torch.equal(rope[0], rope_s[0])
     assert materialised(lm.model) == 0  # everything released
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_streamed_on_cuda_matches_cpu_and_holds_one_module(source, tmp_path):
+    win = _ids(6, seed=1)
+    cpu, _ = perplexity_streamed(source, win, 4, **EAGER)
+    torch.cuda.reset_peak_memory_stats()
+    gpu, _ = perplexity_streamed(source, win, 4, "cuda", **EAGER)
+    assert gpu.ppl == pytest.approx(cpu.ppl, rel=1e-4)
+    largest = max(_unit_sizes(build_tiny_model("tiny-llama")).values()) * 4
+    acts = win.numel() * 64 * 4 * 4  # a few (n, L, d) float32 buffers
+    assert torch.cuda.max_memory_allocated() < 2 * largest + acts + 64 * 2**20  # + cuBLAS workspace
+    run = prune_streamed(source, tmp_path / "w", CONFIGS["wanda"], _ids(4), "cuda", **EAGER)
+    assert run.peak_materialised <= _unit_sizes(build_tiny_model("tiny-llama"))["layer0"]
