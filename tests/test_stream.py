@@ -158,3 +158,18 @@ def test_streamed_on_cuda_matches_cpu_and_holds_one_module(source, tmp_path):
     assert torch.cuda.max_memory_allocated() < 2 * largest + acts + 64 * 2**20  # + cuBLAS workspace
     run = prune_streamed(source, tmp_path / "w", CONFIGS["wanda"], _ids(4), "cuda", **EAGER)
     assert run.peak_materialised <= _unit_sizes(build_tiny_model("tiny-llama"))["layer0"]
+
+
+@pytest.mark.parametrize("method", ["wanda", "slicegpt"])
+def test_tied_embeddings_stream_like_in_memory(tmp_path, method):
+    """SmolLM2-style tied head: read through its alias, untied by SliceGPT, reloads."""
+    tied = build_tiny_model("tiny-llama", tie_word_embeddings=True).eval()
+    tied.save_pretrained(tmp_path / "src")
+    lm = LoadedModel(tied, None, ModelAdapter.from_model(tied), "tied", "tiny")
+    apply_prune(lm, CONFIGS[method], _ids(4), CPU)
+    prune_streamed(tmp_path / "src", tmp_path / "out", CONFIGS[method], _ids(4), **EAGER)
+    win = _ids(6, seed=1)
+    got, _ = perplexity_streamed(tmp_path / "out", win, 4, **EAGER)
+    assert got.window_nll == pytest.approx(
+        evaluate_perplexity(lm.model, win, 4).window_nll, rel=1e-6
+    )

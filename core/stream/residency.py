@@ -76,6 +76,12 @@ class StreamedOffload(Offload):
         self.alias = {
             n: next((m for m in group if m in source), n) for group in names.values() for n in group
         }
+        # a tied head whose skeleton was not tied (transformers ties at load time)
+        head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+        if getattr(model.config, "tie_word_embeddings", False) and None not in (head, embed):
+            head_key, embed_key = f"{self.name(head)}.weight", f"{self.name(embed)}.weight"
+            if head_key not in source and embed_key in source:
+                self.alias[head_key] = embed_key
 
     def _bring(self, module: nn.Module, name: str) -> None:
         wanted: list[tuple[nn.Module, str, str, bool]] = []
