@@ -202,10 +202,16 @@ def _embedded_cache() -> Path:
     return cache_dir() / "models" / f"{EMBEDDED_MODEL}-{gguf.stat().st_size}"
 
 
-def _load_embedded(dtype: torch.dtype):
+def embedded_folder() -> Path:
+    """The embedded model as a safetensors folder (converted from its GGUF file once)."""
     target = _embedded_cache()
     if not (target / "config.json").is_file():
         convert_embedded(target)
+    return target
+
+
+def _load_embedded(dtype: torch.dtype):
+    target = embedded_folder()
     model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype, use_safetensors=True)
     return model, AutoTokenizer.from_pretrained(target)
 

@@ -173,3 +173,12 @@ def test_tied_embeddings_stream_like_in_memory(tmp_path, method):
     assert got.window_nll == pytest.approx(
         evaluate_perplexity(lm.model, win, 4).window_nll, rel=1e-6
     )
+
+
+def test_model_folder_resolves_folders_and_refuses_in_memory_models(source):
+    from core.errors import ConfigError
+    from core.stream.pipeline import model_folder
+
+    assert model_folder(str(source)) == source
+    with pytest.raises(ConfigError, match="save it to a folder"):
+        model_folder("tiny-llama")

@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import snapshot_download
 
 from core.adapter import ModelAdapter
 from core.config import PruneConfig
+from core.errors import ConfigError, ModelLoadError
 from core.methods.slicegpt import SLICING_FILE, is_sliced
-from core.models import LoadedModel
+from core.models import EMBEDDED_MODEL, TINY_MODELS, LoadedModel, embedded_folder
 from core.perplexity import PerplexityResult, layerwise_perplexity
 from core.progress import ProgressFn
 from core.runs.apply import apply_prune
@@ -46,6 +48,30 @@ class StreamedRun:
     alloc_rows: list[dict[str, Any]]
     folder: Path
     peak_materialised: int
+
+
+def model_folder(name: str | Path, revision: str | None = None) -> Path:
+    """The safetensors folder of a model name: a local folder as it is, the embedded model's
+    converted copy, or a Hugging Face id's snapshot (safetensors, configs and tokenizer files
+    only; downloaded once into the Hub cache). The tiny models have no files: save one with
+    ``build_tiny_model(...).save_pretrained(folder)``."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    if str(name) == EMBEDDED_MODEL:
+        return embedded_folder()
+    if str(name) in TINY_MODELS:
+        raise ConfigError(f"{name} is built in memory; save it to a folder to stream it")
+    try:
+        return Path(
+            snapshot_download(
+                str(name), revision=revision, allow_patterns=["*.safetensors", "*.json", "*.txt"]
+            )
+        )
+    except Exception as exc:
+        raise ModelLoadError(
+            f"model {name!r}: no local folder and no Hub snapshot ({exc})"
+        ) from exc
 
 
 def open_streamed(
@@ -87,9 +113,10 @@ def prune_streamed(
     progress: ProgressFn | None = None,
     attn_implementation: str | None = None,
 ) -> StreamedRun:
-    """Prune or slice the model in ``source`` with a resolved config, layer by layer, into
-    ``out`` (written shard by shard; nothing is left there if it fails)."""
-    source, device = Path(source), torch.device(device)
+    """Prune or slice the model ``source`` (a folder or name, ``model_folder``) with a
+    resolved config, layer by layer, into ``out`` (written shard by shard; nothing is left
+    there if it fails)."""
+    source, device = model_folder(source), torch.device(device)
     writer = ShardWriter(out, shard_bytes)
     lm, offload = open_streamed(source, device, dtype, writer, attn_implementation)
     try:
@@ -119,9 +146,9 @@ def perplexity_streamed(
     progress: ProgressFn | None = None,
     attn_implementation: str | None = None,
 ) -> tuple[PerplexityResult, int]:
-    """Perplexity of a model folder on windows (n, L), layer by layer; also the most
-    parameters materialised at once."""
-    lm, offload = open_streamed(folder, device, dtype, None, attn_implementation)
+    """Perplexity of a model (a folder or name, ``model_folder``) on windows (n, L), layer
+    by layer; also the most parameters materialised at once."""
+    lm, offload = open_streamed(model_folder(folder), device, dtype, None, attn_implementation)
     store = torch.device("cpu") if activations_on_cpu else torch.device(device)
     res = layerwise_perplexity(lm.adapter, windows, batch_size, offload, store, progress)
     return res, offload.peak_materialised
