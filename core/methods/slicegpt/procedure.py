@@ -277,8 +277,7 @@ def slice_model(
     tokens. Modules visit ``device`` one at a time through ``offload`` (default: in memory;
     ``core.stream.StreamedOffload`` reads and writes them as safetensors); calibration
     activations live on ``device``. Each layer's norms are folded just before it is sliced
-    (folding is per layer, so this equals folding them all first). Afterwards
-    ``model.slicing`` holds the SliceSpec and ``save_sliced`` can store it.
+    (equal to folding them all first). ``model.slicing`` then holds the SliceSpec.
     """
     options = options or SliceOptions()
     adapter = as_adapter(model)
