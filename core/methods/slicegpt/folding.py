@@ -11,7 +11,7 @@ from torch import nn
 
 from core.adapter import ModelAdapter
 from core.errors import ModelLoadError
-from core.methods.slicegpt.modules import FoldedRMSNorm
+from core.methods.slicegpt.modules import FoldedRMSNorm, map_rows
 
 
 def _check_rms_norm(norm: nn.Module, d: int, eps: float, where: str) -> torch.Tensor:
@@ -55,7 +55,8 @@ def untie_head(model: nn.Module) -> None:
 def _scale_inputs(lin: nn.Linear, gamma: torch.Tensor) -> None:
     """W ← W·diag(γ) for W (out, in), computed in float64."""
     W = lin.weight.detach()
-    lin.weight.data = (W.double() * gamma.double().to(W.device)).to(W.dtype)
+    g = gamma.double().to(W.device)
+    lin.weight.data = map_rows(W, lambda rows: rows.double() * g)
 
 
 def fold_layer_norms(adapter: ModelAdapter, index: int) -> None:
