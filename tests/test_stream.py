@@ -182,3 +182,29 @@ def test_model_folder_resolves_folders_and_refuses_in_memory_models(source):
     assert model_folder(str(source)) == source
     with pytest.raises(ConfigError, match="save it to a folder"):
         model_folder("tiny-llama")
+
+
+def test_linear_inputs_equal_hooks_on_the_whole_forward():
+    """The attention probes' q_proj inputs (now walked layer by layer) are what a hook on the
+    model's own forward sees, and the RoPE tables are the model's."""
+    model = build_tiny_model("tiny-llama").eval()
+    ad = ModelAdapter.from_model(model)
+    ids = _ids(2, L=12)
+    seen: dict[int, list] = {i: [] for i in range(ad.n_layers)}
+    hooks = [
+        ad.linears(layer, ("q",))["q"].register_forward_pre_hook(
+            lambda _m, args, i=i: seen[i].append(args[0].float())
+        )
+        for i, layer in enumerate(ad.layers)
+    ]
+    with torch.no_grad():
+        for row in ids:
+            model(input_ids=row[None], use_cache=False)
+    for h in hooks:
+        h.remove()
+    X, rope = linear_inputs(ad, ids, "q", CPU, range(1, 3))
+    assert sorted(X) == [1, 2]
+    for i in (1, 2):
+        assert torch.equal(X[i], torch.cat(seen[i]))
+    cos, _ = ad.position_embeddings(torch.zeros(1, 12, 64), torch.arange(12)[None])
+    assert torch.allclose(rope[0], cos[0])
