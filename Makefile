@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8501
 TORCH  := torch==2.13.0
 
-.PHONY: run test test-fast lint format bench clean
+.PHONY: run test test-fast lint format bench gpu-check clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -36,6 +36,10 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/eval_throughput.py
+
+# One GPU, under 5 minutes: CUDA tests, every method CUDA vs CPU, a streamed ~1B model.
+gpu-check: $(STAMP)
+	$(PY) bench/gpu_check.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

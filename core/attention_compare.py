@@ -17,6 +17,7 @@ import torch
 
 from core.adapters import ModelAdapter
 from core.attention import QKForm, attention_errors, attention_probs
+from core.layer_inputs import linear_inputs
 
 
 def form(adapter: ModelAdapter, index: int) -> QKForm:
@@ -56,31 +57,8 @@ class AttentionProbe:
     ) -> AttentionProbe:
         """Run the (still dense) model on ids (N, L) and keep every layer's q_proj input.
         ``dense``: another probe's dense W_Q/W_K of the same model, shared instead of cloned."""
-        X: list[list[torch.Tensor]] = [[] for _ in range(adapter.n_layers)]
-        handles = []
-        for i, layer in enumerate(adapter.layers):
-            q = adapter.input_module(layer, "q")
-
-            def grab(_m, args, i=i) -> None:
-                X[i].append(args[0].detach().float().cpu())
-
-            handles.append(q.register_forward_pre_hook(grab))
-        try:
-            for row in ids:
-                adapter.backbone(input_ids=row[None].to(device), use_cache=False)
-        finally:
-            for h in handles:
-                h.remove()
-        L = ids.shape[1]
-        pos = torch.arange(L, device=device)[None]
-        hidden = torch.zeros(1, L, adapter.hidden_size, device=device)
-        by_kind: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {}
-        for i in range(adapter.n_layers):
-            kind = adapter.layer_kind(i)
-            if kind not in by_kind:
-                rope = adapter.position_embeddings(hidden, pos, i)
-                by_kind[kind] = None if rope is None else tuple(t[0].float().cpu() for t in rope)
-        ropes = [by_kind[adapter.layer_kind(i)] for i in range(adapter.n_layers)]
+        X, rope = linear_inputs(adapter, ids, "q", device)
+        ropes = [rope[i] for i in range(adapter.n_layers)]
         if dense is None:
             dense = [
                 tuple(
@@ -89,7 +67,7 @@ class AttentionProbe:
                 )
                 for layer in adapter.layers
             ]
-        return cls(name, [torch.cat(x) for x in X], ropes, dense)  # type: ignore[arg-type]
+        return cls(name, [X[i] for i in range(adapter.n_layers)], ropes, dense)  # type: ignore[arg-type]
 
     @torch.no_grad()
     def errors(self, adapter: ModelAdapter, causal: bool = True) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from core.attention import attention_errors, attention_probs
 from core.attention_compare import form
 from core.config import ModelSpec
 from core.errors import ConfigError
+from core.layer_inputs import linear_inputs
 from core.models import LoadedModel
 from core.runs.resources import get_model
 from core.store import Run
@@ -28,10 +29,6 @@ from core.store import Run
 log = logging.getLogger(__name__)
 
 MAX_PROMPT_TOKENS = 64
-
-
-class _Stop(Exception):
-    """Raised by the q_proj hook once the layer input is captured."""
 
 
 @dataclass(frozen=True)
@@ -76,31 +73,9 @@ def prompt_input(lm: LoadedModel, prompt: str, layer: int) -> PromptInput:
     ids = lm.tokenizer(prompt, add_special_tokens=False)["input_ids"][:MAX_PROMPT_TOKENS]
     if len(ids) < 2:
         raise ConfigError("the prompt needs at least two tokens")
-    block = ad.layers[layer]
-    got: dict[str, object] = {}
-
-    def on_layer(_module, _args, kwargs):
-        got["rope"] = kwargs.get("position_embeddings")
-
-    def on_q(_module, args):
-        got["X"] = args[0]
-        raise _Stop
-
-    hooks = [
-        block.register_forward_pre_hook(on_layer, with_kwargs=True),
-        ad.input_module(block, "q").register_forward_pre_hook(on_q),
-    ]
     device = next(lm.model.parameters()).device
-    try:
-        lm.model(input_ids=torch.tensor([ids], device=device), use_cache=False)
-    except _Stop:
-        pass
-    finally:
-        for h in hooks:
-            h.remove()
-    rope = got.get("rope")
-    rope = tuple(t[0].float().cpu() for t in rope) if rope is not None else None
-    return PromptInput(got["X"][0].float().cpu(), rope, token_labels(lm.tokenizer, ids))
+    X, rope = linear_inputs(ad, torch.tensor([ids]), "q", device, range(layer, layer + 1))
+    return PromptInput(X[layer][0], rope[layer], token_labels(lm.tokenizer, ids))
 
 
 def dense_qk(lm: LoadedModel, layer: int) -> tuple[torch.Tensor, torch.Tensor]:

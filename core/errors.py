@@ -28,3 +28,7 @@ class NumericalError(PruneScopeError):
 
 class SweepError(PruneScopeError):
     """Some runs of a sweep failed (the others are stored; rerunning resumes)."""
+
+
+class DeviceMemoryError(PruneScopeError):
+    """The compute device ran out of memory; the message names the options that help."""

@@ -143,11 +143,17 @@ def gguf_config(name: str):
     return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
 
 
-def load_gguf_model(name: str, dtype: torch.dtype):
-    """(model, tokenizer) of a packaged model from its converted copy (converting once)."""
+def gguf_folder(name: str) -> Path:
+    """A packaged model as a safetensors folder: its converted copy (converted once)."""
     target = converted_dir(name)
     if not (target / "config.json").is_file():
         convert_gguf(name, target)
+    return target
+
+
+def load_gguf_model(name: str, dtype: torch.dtype):
+    """(model, tokenizer) of a packaged model from its converted copy (converting once)."""
+    target = gguf_folder(name)
     model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype, use_safetensors=True)
     return model, AutoTokenizer.from_pretrained(target)
 

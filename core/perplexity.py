@@ -13,6 +13,8 @@ from torch import nn
 
 from core.adapters import ModelAdapter, adapter_for
 from core.errors import ModelLoadError
+from core.layer_inputs import capture_layer_inputs, walk_layers
+from core.offload import Offload
 from core.progress import ProgressFn, report
 
 
@@ -52,16 +54,14 @@ def window_nll(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 LOGIT_CHUNK = 1024  # token rows of logits materialised at once: (chunk, V) float32
 
 
-def _window_nll_chunked(adapter: ModelAdapter, ids: torch.Tensor) -> torch.Tensor:
-    """Mean NLL per window without the (B, L, V) logits tensor: run the backbone, then
-    project to the vocabulary ``LOGIT_CHUNK`` rows at a time. ids: (B, L) -> (B,) float32.
+def _head_nll(adapter: ModelAdapter, hidden: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Mean NLL per window from the final (normed) hidden states, projecting to the
+    vocabulary through ``adapter.logits`` ``LOGIT_CHUNK`` rows at a time.
+    hidden: (B, L-1, d), ids: (B, L) -> (B,) float32.
 
     With V = 49k (SmolLM2) or 128k (Llama 3) the full logits of a batch take GBs; this keeps
     evaluation memory at the model plus one chunk.
     """
-    hidden = adapter.backbone(input_ids=ids, use_cache=False).last_hidden_state[
-        :, :-1
-    ]  # (B, L-1, d)
     B, T, d = hidden.shape
     flat, targets = hidden.reshape(-1, d), ids[:, 1:].reshape(-1)
     losses = torch.empty(B * T, dtype=torch.float32, device=ids.device)
@@ -71,6 +71,13 @@ def _window_nll_chunked(adapter: ModelAdapter, ids: torch.Tensor) -> torch.Tenso
             logits, targets[start : start + LOGIT_CHUNK], reduction="none"
         )
     return losses.view(B, T).mean(dim=1)
+
+
+def _window_nll_chunked(adapter: ModelAdapter, ids: torch.Tensor) -> torch.Tensor:
+    """Mean NLL per window without the (B, L, V) logits tensor: run the backbone, then
+    ``_head_nll``. ids: (B, L) -> (B,) float32."""
+    out = adapter.backbone(input_ids=ids, use_cache=False)
+    return _head_nll(adapter, out.last_hidden_state[:, :-1], ids)  # hidden (B, L-1, d)
 
 
 def _adapter(model: nn.Module) -> ModelAdapter | None:
@@ -110,8 +117,11 @@ def evaluate_perplexity(
         nlls.append(nll.double().cpu())
         done = min(start + batch_size, n)
         report(on_progress, "eval", done, n, f"{done * L / (time.perf_counter() - t0):.0f} tok/s")
-    seconds = time.perf_counter() - t0
-    per_window = torch.cat(nlls)
+    return _result(torch.cat(nlls), L, time.perf_counter() - t0)
+
+
+def _result(per_window: torch.Tensor, L: int, seconds: float) -> PerplexityResult:
+    n = per_window.shape[0]
     nll = float(per_window.sum() / n)
     return PerplexityResult(
         ppl=math.exp(nll),
@@ -123,3 +133,42 @@ def evaluate_perplexity(
         tokens_per_s=n * L / seconds if seconds > 0 else float("inf"),
         window_nll=tuple(per_window.tolist()),
     )
+
+
+@torch.no_grad()
+def layerwise_perplexity(
+    adapter: ModelAdapter,
+    windows: torch.Tensor,
+    batch_size: int,
+    offload: Offload,
+    store_device: torch.device | str | None = None,
+    on_progress: ProgressFn | None = None,
+) -> PerplexityResult:
+    """The same perplexity as ``evaluate_perplexity``, with all windows (n, L) passing the
+    model one decoder layer at a time: the embeddings, each layer, then the final norm and
+    head visit ``offload.device`` in turn (so one layer's weights are resident when
+    ``offload`` streams them). Activations (n, L, d) live on ``store_device`` (default the
+    device). Batches of ``batch_size`` windows run the same operations as the whole-model
+    forward, so the numbers are identical."""
+    device = offload.device
+    L = windows.shape[1]
+    t0 = time.perf_counter()
+    inputs = capture_layer_inputs(adapter, windows, device, batch_size, store_device, offload)
+    steps = adapter.n_layers + 1
+    report(on_progress, "eval", 0, steps)
+
+    def visit(i: int, _layer: nn.Module) -> None:
+        report(on_progress, "eval", i, steps, f"layer {i + 1}/{adapter.n_layers}")
+
+    walk_layers(adapter, inputs, offload, visit)
+    norm, head = offload.fetch(adapter.final_norm), offload.fetch(adapter.lm_head)
+    try:
+        nlls = []
+        for b, h in enumerate(inputs.hidden):
+            ids = windows[b * batch_size : (b + 1) * batch_size].to(device)
+            nlls.append(_head_nll(adapter, norm(h.to(device))[:, :-1], ids).double().cpu())
+    finally:
+        offload.release(head)
+        offload.release(norm)
+    report(on_progress, "eval", steps, steps)
+    return _result(torch.cat(nlls), L, time.perf_counter() - t0)

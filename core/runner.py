@@ -1,21 +1,22 @@
 """The shared layer-by-layer calibration runner (Wanda / SparseGPT "sequential" scheme).
 
 1. Capture the inputs of decoder layer 0 for the calibration batch, and the keyword
-   arguments of every layer kind (``core.capture``: no layer runs and nothing but the
-   embeddings needs the device).
-2. For each decoder layer in turn: move it to the compute device, hook its linears to
-   accumulate input statistics (Gram matrices x xᵀ; raw inputs when a method asks), let the
-   method edit the weights, re-run the layer so its *pruned* outputs feed the next layer,
-   and move it back. Only one layer sits on the device at a time, so models larger than the
-   device's memory can be pruned; calibration activations can live on the CPU.
+   arguments of every layer kind (``core.layer_inputs.capture_layer_inputs``: no layer runs
+   and only the embeddings need the device).
+2. For each decoder layer in turn: fetch it to the compute device (``core.offload``: from
+   memory, or read from safetensors when streamed), hook its linears to accumulate input
+   statistics (Gram matrices x xᵀ; raw inputs when a method asks), let the method edit the
+   weights, re-run the layer so its *pruned* outputs feed the next layer, and release it
+   (home again, or written out and dropped when streamed). Only one layer's weights sit on
+   the device at a time; calibration activations can live on the CPU.
 
 Two savings over the reference implementations' loop: the statistics pass stops once the
 last hooked linear has read its input (for all seven roles, ~a quarter of the layer's
 linear FLOPs are skipped), and the pruned outputs overwrite the inputs batch by batch, so
 one (N, L, d) activation buffer serves the whole walk.
 
-Layer calls go through ``forward_layer`` (core.capture), with the keyword arguments the
-model itself passed to a layer of the same kind.
+Layer calls go through ``core.layer_inputs.forward_layer`` with the keyword arguments the
+model itself passed to a layer of the same kind, so they survive transformers drift.
 """
 
 from __future__ import annotations
@@ -30,17 +31,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.adapters import SHARED_INPUT, ModelAdapter
-from core.capture import (
+from core.adapter import SHARED_INPUT, ModelAdapter
+from core.layer_inputs import (
     LayerInputs,
-    _StopForward,
+    StopForward,
     capture_layer_inputs,
     forward_layer,
-    model_device,
     move,
+    propagate,
 )
 from core.memory import trim_heap
 from core.methods.base import SAMPLE_ROWS, LayerContext, LinearReport, LinearStats, Method
+from core.offload import Offload
 from core.progress import ProgressFn, report
 
 log = logging.getLogger(__name__)
@@ -48,16 +50,6 @@ log = logging.getLogger(__name__)
 
 # Per-sequence Gram products are summed in float64 (see _StatsCollector), handed over in float32.
 GRAM_DTYPE = torch.float64
-
-
-@torch.no_grad()
-def propagate(layer: nn.Module, inputs: LayerInputs, device: torch.device, index: int = 0) -> None:
-    """Run decoder layer ``index`` over every calibration batch, overwriting each batch's
-    inputs with its outputs: they are the next layer's inputs. Batch b is read in full before
-    it is overwritten, so one activation buffer suffices and nothing activation-sized is
-    reallocated from layer to layer."""
-    for h, kw in zip(inputs.hidden, inputs.for_layer(index), strict=True):
-        h.copy_(forward_layer(layer, h.to(device), move(kw, device)))
 
 
 class _StatsCollector:
@@ -75,7 +67,7 @@ class _StatsCollector:
     position (about SAMPLE_ROWS of them), written into a buffer allocated once.
 
     The collector learns on the first batch which hooked linear reads its input last; from
-    then on that hook raises ``_StopForward`` (``stop_at``), ending the layer call early.
+    then on that hook raises ``StopForward`` (``stop_at``), ending the layer call early.
     """
 
     def __init__(
@@ -139,7 +131,7 @@ class _StatsCollector:
             if not self.learned:
                 self.fired.append(module)
             elif module is self.stop_at:
-                raise _StopForward
+                raise StopForward
 
         return hook
 
@@ -177,7 +169,7 @@ def collect_statistics(
     projection's product and the residual add) is not needed.
     """
     for h, kw in zip(inputs.hidden, inputs.for_layer(index), strict=True):
-        with contextlib.suppress(_StopForward):
+        with contextlib.suppress(StopForward):
             forward_layer(layer, h.to(device), move(kw, device))
         collector.batch_done()
 
@@ -210,22 +202,26 @@ def run_layerwise(
     activations_on_cpu: bool = False,
     on_progress: ProgressFn | None = None,
     stage: str = "prune",
+    offload: Offload | None = None,
+    changes: bool = True,
 ) -> RunnerResult:
     """Walk the decoder layers sequentially, calling ``layer_fn`` on each.
 
     sparsity[i] maps role -> target sparsity of layer i (None: 0 for every role). Layers
-    live wherever they are (CPU when offloading) and visit ``device`` one at a time.
+    visit ``device`` one at a time through ``offload`` (default: in memory, each layer
+    moved to ``device`` and back home); ``changes``: whether ``layer_fn`` edits weights
+    (a streamed walk then writes each layer out, and closes its output at the end).
     """
     device = torch.device(device)
+    offload = offload or Offload(adapter.model, device)
     store = torch.device("cpu") if activations_on_cpu else device
-    inputs = capture_layer_inputs(adapter, calib_ids, device, batch_size, store)
+    inputs = capture_layer_inputs(adapter, calib_ids, device, batch_size, store, offload)
     result = RunnerResult()
     n = adapter.n_layers
     report(on_progress, stage, 0, n)
     for i, layer in enumerate(adapter.layers):
         t0 = time.perf_counter()
-        home = model_device(layer)
-        layer.to(device)
+        offload.fetch(layer)
         linears = adapter.linears(layer, tuple(roles))
         hooks = {role: adapter.input_module(layer, role) for role in linears}
         collector = _StatsCollector(
@@ -236,8 +232,6 @@ def run_layerwise(
         finally:
             collector.remove()
         collector.finish()
-        layer_kw = inputs.for_layer(i)
-        pos = layer_kw[0].get("position_embeddings") if layer_kw else None
         ctx = LayerContext(
             index=i,
             n_layers=n,
@@ -249,7 +243,7 @@ def run_layerwise(
             sparsity=dict(sparsity[i]) if sparsity is not None else {r: 0.0 for r in roles},
             pattern=pattern,
             device=device,
-            position_embeddings=move(pos, device),
+            position_embeddings=inputs.position_embeddings(device, i),
         )
         result.reports.extend(layer_fn(ctx))
         for name, rows in ctx.tables.items():
@@ -257,11 +251,13 @@ def run_layerwise(
         result.arrays.update({k: v.detach().cpu() for k, v in ctx.arrays.items()})
         del collector, ctx
         propagate(layer, inputs, device, i)  # pruned outputs feed layer i+1
-        layer.to(home)
+        offload.release(layer, changed=changes)
         trim_heap()  # hand back this layer's freed working set, so RSS does not creep
         result.layer_seconds.append(time.perf_counter() - t0)
         log.debug("layer %d/%d done in %.2fs", i + 1, n, result.layer_seconds[-1])
         report(on_progress, stage, i + 1, n, f"layer {i + 1}/{n}")
+    if changes:
+        offload.finish()
     return result
 
 

@@ -6,8 +6,9 @@ from torch import nn
 
 from core.adapters import ROLES, adapter_for, resolve_roles
 from core.errors import ConfigError, ModelLoadError
+from core.layer_inputs import capture_layer_inputs, forward_layer
 from core.models import TINY_MODELS, build_tiny_model
-from core.runner import capture_layer_inputs, forward_layer, run_layerwise
+from core.runner import run_layerwise
 
 
 def _ids(n=4, L=16, seed=0):

@@ -95,8 +95,12 @@ def inverse_hessian_factor(H: torch.Tensor, percdamp: float) -> tuple[torch.Tens
         A = H.to(torch.float64, copy=True)
         A.diagonal().add_(damp * mean_diag)
         L, info = torch.linalg.cholesky_ex(A)
+        del A  # (in, in) float64 each: hold at most two at once (peak memory, issue #16)
         if info.item() == 0:
-            U, info = torch.linalg.cholesky_ex(torch.cholesky_inverse(L), upper=True)
+            inv = torch.cholesky_inverse(L)
+            del L
+            U, info = torch.linalg.cholesky_ex(inv, upper=True)
+            del inv
             if info.item() == 0 and torch.isfinite(U).all():
                 return U, damp, attempt
         if damp * 10 > MAX_PERCDAMP * (1 + 1e-9):

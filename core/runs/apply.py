@@ -62,6 +62,7 @@ def allocate_sparsity(
             needs_gram=False,
             on_progress=progress,
             stage="owl",
+            changes=False,
             **runner_kw,
         )
         params = [

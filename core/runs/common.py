@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from core.config import RunConfig
+from core.device_memory import oom_as_error
 from core.environment import environment_record
 from core.memory import peak_rss_mb, proc_status_mb, release_freed, touch_weights
 from core.models import LoadedModel
@@ -152,7 +153,13 @@ def run_changed_model(
     cached = cached_result(store, cfg, opts.force) if opts.save_dir is None else None
     if cached is not None:
         return cached
-    with store.begin(cfg, opts.force) as writer:
+    # inside the writer: an out-of-memory error becomes one clear message, the writer marks
+    # the run failed and drops its folder (and a --save folder is only moved into place
+    # once complete)
+    with (
+        store.begin(cfg, opts.force) as writer,
+        oom_as_error(cfg.model.device, f"the {cfg.kind} run"),
+    ):
         p = prologue(cfg, opts, store, writer, tee(writer.progress, on_progress))
         own = change(p)
         metrics = epilogue(p, own, lambda folder: save(p.lm, folder), opts.save_dir)

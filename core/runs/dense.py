@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from core.config import RunConfig
+from core.device_memory import oom_as_error, peak_report, reset_peak
 from core.environment import environment_record
 from core.models import LoadedModel
 from core.names import EFFDIM_PREFIX, T_EFFDIM, T_EVAL_WINDOWS
@@ -37,7 +38,9 @@ def execute_eval(
         windows, data_info = get_eval_windows(lm, cfg.eval)
         writer.write_env(environment_record(cfg.model.device))
         device = torch.device(cfg.model.device)
-        res = evaluate_perplexity(lm.model, windows, cfg.eval.batch_size, device, progress)
+        reset_peak(device)
+        with oom_as_error(device, "the dense evaluation"):
+            res = evaluate_perplexity(lm.model, windows, cfg.eval.batch_size, device, progress)
         eff_ids = effdim_windows(windows, lm.adapter.hidden_size)
         eff = residual_effdim(lm, eff_ids, device, progress)
         writer.write_table(T_EFFDIM, eff["rows"])
@@ -47,6 +50,7 @@ def execute_eval(
             "data": data_info,
             "model": lm.adapter.describe(),
             **{f"{EFFDIM_PREFIX}{k}": v for k, v in eff["overall"].items()},
+            **peak_report(device),  # GPU peak of the evaluation (and effdim), on CUDA
         }
         writer.commit(metrics)
     return result(cfg, metrics)

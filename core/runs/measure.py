@@ -3,8 +3,12 @@ latency, the residual stream's effective dimension, W_Q/W_K for later heatmaps."
 
 from __future__ import annotations
 
+import os
+import shutil
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +16,7 @@ import torch
 from torch import nn
 
 from core.attention_compare import AttentionProbe
+from core.device_memory import peak_report, reset_peak
 from core.memory import peak_rss_mb, phase_report, release_freed, reset_peak_rss, tensor_mb
 from core.memory import weight_mb as model_weight_mb
 from core.methods import Method
@@ -66,10 +71,12 @@ def probe_mb(probes: list[AttentionProbe]) -> float:
     return total
 
 
-def start_phase() -> None:
-    """Return memory freed by set-up to the OS and restart the peak, just before pruning."""
+def start_phase(device: torch.device | str = "cpu") -> None:
+    """Return memory freed by set-up to the OS and restart the peaks (RSS, and the GPU's
+    when ``device`` is CUDA), just before pruning."""
     release_freed()
     reset_peak_rss()
+    reset_peak(device)
 
 
 def memory_report(
@@ -78,6 +85,7 @@ def memory_report(
     loaded_rss_mb: float | None,
     analysis_mb: float = 0.0,
     widths: int | None = None,
+    device: torch.device | str = "cpu",
 ) -> dict[str, float]:
     """The pruning phase's peak RSS beside its budget (core.memory): the process once the
     model is loaded with its weights resident + the calibration activations, float32 +
@@ -85,10 +93,13 @@ def memory_report(
 
     widths: features per calibration token the phase holds: d for the shared runner, which
     overwrites one buffer in place, plus the inputs a method keeps (``Method.needs_inputs``);
-    the default 2·d is inputs and outputs of a layer (SliceGPT keeps both)."""
+    the default 2·d is inputs and outputs of a layer (SliceGPT keeps both). On CUDA the
+    phase's peak GPU memory (allocated and reserved) and the device's capacity are added
+    (``core.device_memory.peak_report``)."""
     widths = 2 * lm.adapter.hidden_size if widths is None else widths
     act = calib_ids.numel() * widths * 4 / 2**20
-    return phase_report(peak_rss_mb(), loaded_rss_mb, model_weight_mb(lm.model), act, analysis_mb)
+    rss = phase_report(peak_rss_mb(), loaded_rss_mb, model_weight_mb(lm.model), act, analysis_mb)
+    return {**rss, **peak_report(device)}
 
 
 def runner_widths(lm: LoadedModel, method: Method, roles: tuple[str, ...]) -> int:
@@ -126,10 +137,28 @@ def forward_latency_ms(model: nn.Module, seqlen: int, device, repeats: int = 5) 
     return statistics.median(times)
 
 
+@contextmanager
+def writing_folder(folder: str | Path) -> Iterator[Path]:
+    """A hidden temporary folder to write into; on success its files move into ``folder``
+    (created if needed), on failure it is removed: never a half-written model."""
+    path = Path(folder).expanduser()
+    tmp = path.parent / f".{path.name}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    path.mkdir(parents=True, exist_ok=True)
+    for f in tmp.iterdir():
+        os.replace(f, path / f.name)
+    tmp.rmdir()
+
+
 def save_model(lm: LoadedModel, folder: str) -> str:
     """save_pretrained (safetensors) + tokenizer: reloadable by plain transformers."""
-    path = Path(folder).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
-    lm.model.save_pretrained(path, safe_serialization=True)
-    lm.tokenizer.save_pretrained(path)
-    return str(path)
+    with writing_folder(folder) as tmp:
+        lm.model.save_pretrained(tmp, safe_serialization=True)
+        lm.tokenizer.save_pretrained(tmp)
+    return str(Path(folder).expanduser())

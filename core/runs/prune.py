@@ -56,7 +56,7 @@ def _prune(p: Prologue) -> dict[str, Any]:
     prune = p.cfg.prune
     roles = resolve_roles(prune.targets)
     probes = _probes(p, roles)
-    start_phase()  # the budget below is for the pruning phase itself
+    start_phase(p.device)  # the budget below is for the pruning phase itself
     t0 = time.perf_counter()
     result, alloc_rows = apply_prune(
         p.lm, prune, p.calib_ids, p.device, p.progress, activations_on_cpu=p.opts.activations_on_cpu
@@ -64,7 +64,7 @@ def _prune(p: Prologue) -> dict[str, Any]:
     prune_seconds = time.perf_counter() - t0
     method = make_method(prune.method, prune.options)
     widths = runner_widths(p.lm, method, roles)
-    memory = memory_report(p.lm, p.calib_ids, p.loaded_rss, probe_mb(probes), widths)
+    memory = memory_report(p.lm, p.calib_ids, p.loaded_rss, probe_mb(probes), widths, p.device)
     p.writer.write_table(T_LAYERS, _layer_rows(result.reports))
     attn_rows = [row for probe in probes for row in probe.errors(p.lm.adapter)]
     if attn_rows:

@@ -12,16 +12,16 @@ from core.models import LoadedModel
 from core.names import A_SPECTRA, T_BOUNDARIES
 from core.runs.apply import apply_prune
 from core.runs.common import Prologue, changed_model_kind
-from core.runs.measure import memory_report, start_phase
+from core.runs.measure import memory_report, start_phase, writing_folder
 
 
 def _slice(p: Prologue) -> dict[str, Any]:
     """The slice kind's own step: slice, then store the PCA cut at every boundary."""
-    start_phase()
+    start_phase(p.device)
     t0 = time.perf_counter()
     rep, _ = apply_prune(p.lm, p.cfg.prune, p.calib_ids, p.device, p.progress)
     slice_seconds = time.perf_counter() - t0
-    memory = memory_report(p.lm, p.calib_ids, p.loaded_rss)
+    memory = memory_report(p.lm, p.calib_ids, p.loaded_rss, device=p.device)
     p.writer.write_table(T_BOUNDARIES, rep.rows)
     p.writer.write_arrays(A_SPECTRA, {"eigenvalues": rep.spectra})
     summary = rep.summary()
@@ -36,8 +36,9 @@ def _slice(p: Prologue) -> dict[str, Any]:
 
 def _save(lm: LoadedModel, folder: str) -> str:
     """The sliced weights with their widths (reload: core.methods.slicegpt.load_sliced)."""
-    save_sliced(lm.model, folder)
-    lm.tokenizer.save_pretrained(folder)
+    with writing_folder(folder) as tmp:
+        save_sliced(lm.model, tmp)
+        lm.tokenizer.save_pretrained(tmp)
     return str(folder)
 
 

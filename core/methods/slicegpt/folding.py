@@ -16,7 +16,7 @@ from torch import nn
 
 from core.adapters import ModelAdapter
 from core.errors import ModelLoadError
-from core.methods.slicegpt.modules import FoldedRMSNorm, as_adapter
+from core.methods.slicegpt.modules import FoldedRMSNorm, as_adapter, map_rows
 
 _FORMS = {
     "rms": "γ·x/√(mean(x²)+ε)",
@@ -81,32 +81,46 @@ def _fold_into(lin: nn.Linear, gamma: torch.Tensor, beta: torch.Tensor | None) -
             lin.bias = nn.Parameter(shift.to(W.dtype), requires_grad=False)
         else:
             lin.bias.data = (lin.bias.detach().double() + shift).to(W.dtype)
-    lin.weight.data = (Wd * gamma.double().to(W.device)).to(W.dtype)
+    g = gamma.double().to(W.device)
+    lin.weight.data = map_rows(W, lambda rows: rows.double() * g)
 
 
-def fold_norms(adapter: ModelAdapter) -> float:
-    """Fold every residual norm's (γ, β) into the linears reading it and replace the norms by
-    FoldedRMSNorm: attention norm -> attention readers (q, k, v or fused qkv), MLP norm ->
-    MLP readers, final norm -> head. Function preserving (for LayerNorm: on a mean-free
-    stream, see ``center_stream``). Returns ε."""
+def fold_layer_norms(adapter: ModelAdapter, index: int) -> None:
+    """Fold decoder layer ``index``'s residual norms' (γ, β) into the linears reading them
+    (attention norm -> attention readers (q, k, v or fused qkv), MLP norm -> MLP readers)
+    and replace the norms by FoldedRMSNorm. Function preserving (for LayerNorm: on a
+    mean-free stream, see ``center_stream``); the layer must be materialised."""
     d, eps = adapter.hidden_size, adapter.rms_eps
-    for i, layer in enumerate(adapter.layers):
-        for where, norm, readers in (
-            ("attention", adapter.attn_norm(layer), adapter.attn_readers(layer)),
-            ("mlp", adapter.mlp_norm(layer), adapter.mlp_readers(layer)),
-        ):
-            gamma, beta = _check_norm(adapter, norm, eps, f"layer {i} {where} norm")
-            if beta is not None and any(lin.bias is None for lin in readers) and beta.any():
-                raise ModelLoadError(
-                    f"layer {i} {where} norm has a bias but the linears reading it do not"
-                )
-            for lin in readers:
-                _fold_into(lin, gamma, beta)
-        adapter.set_norms(layer, FoldedRMSNorm(d, eps), FoldedRMSNorm(d, eps))
+    layer = adapter.layers[index]
+    for where, norm, readers in (
+        ("attention", adapter.attn_norm(layer), adapter.attn_readers(layer)),
+        ("mlp", adapter.mlp_norm(layer), adapter.mlp_readers(layer)),
+    ):
+        gamma, beta = _check_norm(adapter, norm, eps, f"layer {index} {where} norm")
+        if beta is not None and any(lin.bias is None for lin in readers) and beta.any():
+            raise ModelLoadError(
+                f"layer {index} {where} norm has a bias but the linears reading it do not"
+            )
+        for lin in readers:
+            _fold_into(lin, gamma, beta)
+    adapter.set_norms(layer, FoldedRMSNorm(d, eps), FoldedRMSNorm(d, eps))
+
+
+def fold_final_norm(adapter: ModelAdapter) -> float:
+    """Fold the final norm's (γ, β) into the head and replace it by FoldedRMSNorm. Returns ε."""
+    d, eps = adapter.hidden_size, adapter.rms_eps
     gamma, beta = _check_norm(adapter, adapter.final_norm, eps, "final norm")
     _fold_into(adapter.lm_head, gamma, beta)
     adapter.set_final_norm(FoldedRMSNorm(d, eps))
     return eps
+
+
+def fold_norms(adapter: ModelAdapter) -> float:
+    """Fold every residual norm (``fold_layer_norms`` for each layer, then
+    ``fold_final_norm``). Function preserving. Returns ε."""
+    for i in range(adapter.n_layers):
+        fold_layer_norms(adapter, i)
+    return fold_final_norm(adapter)
 
 
 def _center_rows(weight: torch.Tensor) -> torch.Tensor:

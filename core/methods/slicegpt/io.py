@@ -26,6 +26,7 @@ from core.methods.slicegpt.modules import (
     set_embedding,
     set_linear,
 )
+from core.stream.weights import INDEX_FILE, weight_map
 
 
 def apply_structure(model: nn.Module, spec: SliceSpec) -> None:
@@ -103,7 +104,9 @@ def load_sliced(
     last float bits."""
 
     folder = Path(folder)
-    missing = [f for f in ("config.json", SLICING_FILE, WEIGHTS_FILE) if not (folder / f).is_file()]
+    # one safetensors file (save_sliced) or shards with an index (a streamed slice)
+    weights = WEIGHTS_FILE if not (folder / INDEX_FILE).is_file() else INDEX_FILE
+    missing = [f for f in ("config.json", SLICING_FILE, weights) if not (folder / f).is_file()]
     if missing:
         raise ModelLoadError(f"{folder} is not a sliced model folder: missing {', '.join(missing)}")
     spec = SliceSpec.from_json(json.loads((folder / SLICING_FILE).read_text()))
@@ -113,5 +116,8 @@ def load_sliced(
         config, dtype=dtype, attn_implementation=attn_implementation
     )
     apply_structure(model, spec)
-    model.load_state_dict(load_file(folder / WEIGHTS_FILE), strict=True)
+    state: dict[str, torch.Tensor] = {}
+    for file in sorted(set(weight_map(folder).values())):
+        state.update(load_file(folder / file))
+    model.load_state_dict(state, strict=True)
     return model.to(device).eval()

@@ -32,7 +32,10 @@ class SliceGPT(Method):
 
     def apply(self, model: Any, calib: torch.Tensor, plan: ApplyPlan) -> SliceReport:
         """Slice ``model`` in place to d′ = sliced_width(d, plan.sparsity)."""
-        return slice_model(model, calib, plan.sparsity, self.options, plan.device, plan.on_progress)
+        offload = (plan.runner_kw or {}).get("offload")  # a streamed residency, when given
+        return slice_model(
+            model, calib, plan.sparsity, self.options, plan.device, plan.on_progress, offload
+        )
 
     def slice(
         self,

@@ -114,6 +114,23 @@ class SliceSpec:
         )
 
 
+ROW_CHUNK = 4096  # rows of a weight transformed at once in float64 (bounds the transient)
+
+
+def map_rows(W: torch.Tensor, fn, chunk: int = ROW_CHUNK) -> torch.Tensor:
+    """fn applied to row blocks of W (R, ·) -> (R, ·) in W's dtype, ``chunk`` rows at a time.
+
+    The float64 products of a 128k-vocabulary embedding or head would otherwise take several
+    times the matrix's own bytes at once; row blocks of a matrix product are independent.
+    """
+    first = fn(W[:chunk]).to(W.dtype)
+    out = torch.empty(W.shape[0], *first.shape[1:], dtype=W.dtype, device=W.device)
+    out[: first.shape[0]] = first
+    for start in range(chunk, W.shape[0], chunk):
+        out[start : start + chunk] = fn(W[start : start + chunk])
+    return out
+
+
 def set_linear(lin: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
     """Give ``lin`` a new (out, in) weight (and bias), updating its declared shape."""
     lin.weight = nn.Parameter(weight.contiguous(), requires_grad=lin.weight.requires_grad)

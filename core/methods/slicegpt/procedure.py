@@ -4,8 +4,9 @@ Ashkboos et al., ICLR'24 (arXiv 2401.15024; papers.md §6). For a pre-norm decod
 norms are RMSNorm (or LayerNorm, OPT: the stream is first made mean-free, ``center_stream``),
 the steps are, through the family's adapter (core/adapters):
 
-1. **Fold** (``untie_head``, ``fold_norms``). Each norm's γ (and β) moves into the linears
-   that read it, W ← W·diag(γ). What remains is N(x) = x / √(‖x‖²/d + ε) with d the *original* width,
+1. **Fold** (``untie_head``, ``fold_layer_norms``, ``fold_final_norm``). Each norm's γ (and β)
+   moves into the linears that read it, W ← W·diag(γ). What remains is N(x) = x / √(‖x‖²/d + ε)
+   with d the *original* width,
    which commutes with any orthogonal Q: N(xQ) = N(x)Q (computational invariance, §6). No
    embedding mean-centring by default: the reference ``fuse_modules`` centres the embeddings
    of every model, which changes the function of an RMSNorm model; without it s = 0 is exactly
@@ -44,12 +45,13 @@ from typing import Any
 import torch
 
 from core.adapters import ModelAdapter
-from core.capture import capture_layer_inputs, model_device
 from core.errors import ConfigError
+from core.layer_inputs import capture_layer_inputs
 from core.methods.slicegpt.folding import (
     center_embeddings,
     center_stream,
-    fold_norms,
+    fold_final_norm,
+    fold_layer_norms,
     untie_head,
 )
 from core.methods.slicegpt.modules import (
@@ -69,6 +71,7 @@ from core.methods.slicegpt.rotation import (
     rotate_outputs,
     sliced_width,
 )
+from core.offload import Offload
 from core.progress import ProgressFn, report
 
 log = logging.getLogger(__name__)
@@ -266,12 +269,15 @@ def slice_model(
     options: SliceOptions | None = None,
     device: torch.device | str = "cpu",
     on_progress: ProgressFn | None = None,
+    offload: Offload | None = None,
 ) -> SliceReport:
     """Slice a pre-norm model (RMSNorm or LayerNorm) **in place** to width d′ = sliced_width(d, s).
 
     model: LoadedModel, ModelAdapter or the HF causal LM. calib_ids: (N, L) calibration
-    tokens. Layers visit ``device`` one at a time; calibration activations live there too.
-    Afterwards ``model.slicing`` holds the SliceSpec and ``save_sliced`` can store it.
+    tokens. Modules visit ``device`` one at a time through ``offload`` (default: in memory;
+    ``core.stream.StreamedOffload`` reads and writes them as safetensors); calibration
+    activations live on ``device``. Each layer's norms are folded just before it is sliced
+    (equal to folding them all first). ``model.slicing`` then holds the SliceSpec.
     """
     options = options or SliceOptions()
     adapter = as_adapter(model)
@@ -279,40 +285,50 @@ def slice_model(
     d, n = adapter.hidden_size, adapter.n_layers
     width = sliced_width(d, sparsity, options.round_to)
     device = torch.device(device)
+    offload = offload or Offload(adapter.model, device)
     t0 = time.perf_counter()
     n_dense, n_layers_dense = adapter.n_params(), _n_layer_params(adapter)
 
     untie_head(adapter)
     if adapter.norm_kind == "layernorm":
+        if offload.streamed:  # centring edits every layer before layer 0's inputs exist
+            raise ConfigError(f"slicegpt on {adapter.family} (LayerNorm) cannot be streamed")
         center_stream(adapter)  # LayerNorm -> N(x) needs a mean-free residual stream
-    elif options.center_embeddings:
+    tables = [t for t in (adapter.embed_tokens, adapter.position_table) if t is not None]
+    for table in tables:
+        offload.fetch(table)
+    if options.center_embeddings and adapter.norm_kind != "layernorm":
         center_embeddings(adapter.embed_tokens)
-    eps = fold_norms(adapter)
-    head_bias = adapter.lm_head.bias is not None
-    inputs = capture_layer_inputs(adapter, calib_ids, device, options.batch_size)
+    inputs = capture_layer_inputs(adapter, calib_ids, device, options.batch_size, offload=offload)
     bounds = _Boundaries(options, device)
     report(on_progress, "slice", 0, n)
 
     Q = bounds.basis(inputs.hidden, width, "embed", None)
-    for table in (adapter.embed_tokens, adapter.position_table):
-        if table is not None:  # learned positions are added to the tokens: rotate both
-            rotate_embeddings(table, Q, width)
+    for table in tables:  # learned positions are added to the tokens: rotate both
+        rotate_embeddings(table, Q, width)
+        offload.release(table, changed=True)
     hidden = [h @ Q[:, :width].to(h.dtype) for h in inputs.hidden]  # (B, L, d′)
     inputs.hidden.clear()  # only the sliced copy is needed from here on
     widths: list[tuple[int, int, int]] = []
     for i in range(n):
-        layer = adapter.layers[i]
-        home = model_device(layer)
-        layer.to(device)
+        offload.fetch(adapter.layers[i])
+        fold_layer_norms(adapter, i)
         w = (width, width, d if i == n - 1 and not options.slice_head else width)
         new, hidden, Q = _slice_layer(adapter, i, hidden, inputs.for_layer(i), Q, w, bounds)
-        adapter.layers[i] = new.to(home)
+        adapter.layers[i] = new
+        offload.release(new, changed=True)
         widths.append(w)
         report(on_progress, "slice", i + 1, n, f"layer {i + 1}/{n}")
     del hidden
 
-    head = adapter.lm_head
+    offload.fetch(adapter.final_norm)
+    head = offload.fetch(adapter.lm_head)
+    eps = fold_final_norm(adapter)
     rotate_inputs(head, Q, widths[-1][2])
+    head_bias = adapter.lm_head.bias is not None
+    offload.release(head, changed=True)
+    offload.release(adapter.final_norm, changed=True)
+    offload.finish()
     spec = SliceSpec(d, eps, widths, float(sparsity), asdict(options), head_bias)
     adapter.model.slicing = spec
     result = SliceReport(

@@ -1,0 +1,188 @@
+"""Safetensors weights read lazily, one module at a time, and written shard by shard.
+
+``LazyWeights`` opens a folder's ``model.safetensors`` or sharded
+``model.safetensors.index.json`` and reads named tensors on demand through ``safe_open``
+(memory-mapped): each read opens the file, copies the tensors out and closes it, so no
+mapping keeps pages of the whole model resident. ``ShardWriter`` collects the tensors of
+changed modules and writes a shard whenever ``shard_bytes`` are buffered; ``finish`` copies
+the tensors nobody changed straight from the source, writes the index and moves the folder
+into place, so a failed run leaves no half-written model behind.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from core.errors import ModelLoadError
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+SHARD_BYTES = 32 * 2**20  # a shard is written once this much is buffered (~ a layer)
+
+
+def weight_map(folder: str | Path) -> dict[str, str]:
+    """tensor name -> file name of a safetensors model folder (single file or sharded)."""
+    folder = Path(folder)
+    index = folder / INDEX_FILE
+    if index.is_file():
+        return dict(json.loads(index.read_text())["weight_map"])
+    single = folder / SINGLE_FILE
+    if single.is_file():
+        with safe_open(single, framework="pt") as f:
+            return dict.fromkeys(f.keys(), SINGLE_FILE)
+    raise ModelLoadError(
+        f"{folder} has no {SINGLE_FILE} or {INDEX_FILE}; streaming needs safetensors"
+    )
+
+
+class LazyWeights:
+    """Named tensors of a safetensors folder, read on demand."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.files = weight_map(self.folder)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.files
+
+    def keys(self) -> list[str]:
+        return list(self.files)
+
+    def read(self, keys: Iterable[str]) -> dict[str, torch.Tensor]:
+        """The tensors ``keys`` as fresh CPU tensors (copied out of the mapping)."""
+        by_file: dict[str, list[str]] = defaultdict(list)
+        for key in keys:
+            by_file[self.files[key]].append(key)
+        out = {}
+        for file, names in by_file.items():
+            with safe_open(self.folder / file, framework="pt", device="cpu") as f:
+                for key in names:
+                    t = f.get_tensor(key)
+                    out[key] = torch.empty_like(t).copy_(t)  # no reference to the mapping
+                    del t
+        return out
+
+    def nbytes(self) -> int:
+        """Bytes of all tensors (from the file headers; no tensor is read)."""
+        return sum(tensor_bytes(self.folder / file) for file in set(self.files.values()))
+
+
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U8": 1, "BOOL": 1}
+
+
+def tensor_bytes(path: str | Path) -> int:
+    """Bytes of the tensors in one safetensors file, from its header."""
+    total = 0
+    with safe_open(path, framework="pt") as f:
+        for key in f.keys():  # noqa: SIM118 (a safe_open handle, not a dict)
+            sl = f.get_slice(key)
+            n = 1
+            for dim in sl.get_shape():
+                n *= dim
+            total += n * _DTYPE_BYTES[sl.get_dtype()]
+    return total
+
+
+class ShardWriter:
+    """Write a model's tensors into ``folder`` shard by shard (``model-XXXXX.safetensors``
+    plus ``model.safetensors.index.json``), through a hidden temporary folder."""
+
+    def __init__(self, folder: str | Path, shard_bytes: int = SHARD_BYTES) -> None:
+        self.folder = Path(folder).expanduser()
+        self.folder.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.folder.parent / f".{self.folder.name}.partial"
+        if self.tmp.exists():
+            shutil.rmtree(self.tmp)
+        self.tmp.mkdir()
+        self.shard_bytes = shard_bytes
+        self.buffer: dict[str, torch.Tensor] = {}
+        self.buffered = 0
+        self.files: dict[str, str] = {}
+        self.handled: set[str] = set()  # module names whose tensors are all written
+        self.n_shards = 0
+        self.total = 0
+
+    def add(self, name: str, state: dict[str, torch.Tensor]) -> None:
+        """A changed module's full state (keys already prefixed); the module's name marks
+        every source tensor under it as replaced."""
+        self.handled.add(name)
+        for key, t in state.items():
+            t = t.detach().to("cpu").contiguous()
+            self.buffer[key] = t
+            self.buffered += t.numel() * t.element_size()
+        if self.buffered >= self.shard_bytes:
+            self.flush()
+
+    def replaced(self, key: str) -> bool:
+        return (
+            key in self.files
+            or key in self.buffer
+            or any(name == "" or key.startswith(name + ".") for name in self.handled)
+        )
+
+    def flush(self) -> None:
+        if not self.buffer:
+            return
+        self.n_shards += 1
+        file = f"model-{self.n_shards:05d}.safetensors"
+        save_file(self.buffer, self.tmp / file, metadata={"format": "pt"})
+        self.files.update(dict.fromkeys(self.buffer, file))
+        self.total += self.buffered
+        self.buffer, self.buffered = {}, 0
+
+    def finish(
+        self, source: LazyWeights | None, fill: Callable[[Path], None] | None = None
+    ) -> Path:
+        """Copy the source tensors no module replaced, write the index, let ``fill`` add
+        its files (config, tokenizer) to the temporary folder, then move the folder into
+        place (replacing an old one)."""
+        if source is not None:
+            self._copy_unreplaced(source)
+        self.flush()
+        index = {
+            "metadata": {"total_size": self.total},
+            "weight_map": dict(sorted(self.files.items())),
+        }
+        (self.tmp / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+        if fill is not None:
+            fill(self.tmp)
+        if self.folder.exists():
+            shutil.rmtree(self.folder)
+        self.tmp.rename(self.folder)
+        return self.folder
+
+    def _copy_unreplaced(self, source: LazyWeights) -> None:
+        """Source files none of whose tensors were replaced are copied whole (no tensor
+        passes through memory); the others' unreplaced tensors one at a time."""
+        by_file: dict[str, list[str]] = defaultdict(list)
+        for key, file in source.files.items():
+            by_file[file].append(key)
+        for file, keys in sorted(by_file.items()):
+            kept = [k for k in keys if not self.replaced(k)]
+            if kept and len(kept) == len(keys):
+                self.flush()
+                self.n_shards += 1
+                name = f"model-{self.n_shards:05d}.safetensors"
+                shutil.copyfile(source.folder / file, self.tmp / name)
+                self.files.update(dict.fromkeys(keys, name))
+                self.total += tensor_bytes(source.folder / file)
+                continue
+            for key in kept:
+                t = source.read([key])[key]
+                self.buffer[key] = t
+                self.buffered += t.numel() * t.element_size()
+                if self.buffered >= self.shard_bytes:
+                    self.flush()
+
+    def abort(self) -> None:
+        """Drop everything written so far."""
+        self.buffer = {}
+        shutil.rmtree(self.tmp, ignore_errors=True)
