@@ -9,7 +9,7 @@ from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfi
 from core.device_memory import is_out_of_memory, oom_as_error, peak_report
 from core.errors import DeviceMemoryError
 from core.methods import sparsegpt
-from core.runs import run_prune
+from core.runs import RunOptions, run_prune
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)
@@ -44,7 +44,14 @@ def test_oom_mid_layer_marks_the_run_failed_and_writes_nothing(store, tmp_path, 
     (tmp_path / "out").mkdir()
     save = tmp_path / "out" / "saved"
     with pytest.raises(DeviceMemoryError, match="--activations-on-cpu") as err:
-        run_prune(MODEL, PruneConfig("sparsegpt", 0.5), CALIB, EVAL, store, save_dir=str(save))
+        run_prune(
+            MODEL,
+            PruneConfig("sparsegpt", 0.5),
+            CALIB,
+            EVAL,
+            store,
+            opts=RunOptions(save_dir=str(save)),
+        )
     assert "--batch-size" in str(err.value)
     assert seen == [0, 1, 2]
     runs = {r.kind: r for r in store.list()}
@@ -56,7 +63,14 @@ def test_oom_mid_layer_marks_the_run_failed_and_writes_nothing(store, tmp_path, 
     assert list((tmp_path / "out").iterdir()) == []  # no --save folder, no partial one
     # the store is usable: the same run succeeds once the failure is gone
     monkeypatch.setattr(sparsegpt.SparseGPT, "prune_layer", real)
-    res = run_prune(MODEL, PruneConfig("sparsegpt", 0.5), CALIB, EVAL, store, save_dir=str(save))
+    res = run_prune(
+        MODEL,
+        PruneConfig("sparsegpt", 0.5),
+        CALIB,
+        EVAL,
+        store,
+        opts=RunOptions(save_dir=str(save)),
+    )
     assert store.get(res["run_id"]).status == "done" and (save / "config.json").is_file()
 
 
