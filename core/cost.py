@@ -16,7 +16,7 @@ from core.adapter import resolve_roles
 from core.config import CalibConfig, ModelSpec, RunConfig, zeroshot_from
 from core.data import C4_EVAL_WINDOWS
 from core.geometry import Geometry
-from core.methods.attention_gd.options import AttentionGDOptions
+from core.methods.attention_gd.options import CHECK_HESSIAN_AT, AttentionGDOptions
 from core.methods.base import SAMPLE_ROWS
 from core.models import TINY_MODELS, model_config
 
@@ -35,7 +35,6 @@ TASK_SIZES = {
     "boolq": (3270, 2, 180),
 }
 OTHER_TASK = (2000, 4, 80)
-GD_HESSIAN_AT = 5  # Hessian-vector probes of the assumption checks (check_assumptions)
 
 
 @dataclass(frozen=True)
@@ -151,9 +150,10 @@ def _gd_flops(cfg: RunConfig, shape: Shape, opts: dict) -> float:
     # evaluations: the descent and its curvature probe; the checks (diagnostics.
     # check_assumptions) cost a long run + 2·points + 5·power_iters more
     passes = o["steps"] + o["power_iters"]
-    if o["checks"] == "full":
-        passes += max(o["steps"], 10) + 2 * o["check_points"] + GD_HESSIAN_AT * o["power_iters"]
-    return 3.0 * passes * (proj + scores)
+    # the checks judge every GQA group ("full"), one group per layer ("sample") or none
+    judged = {"full": 1.0, "sample": 1.0 / g.n_kv_heads}.get(o["checks"], 0.0)
+    check = max(o["steps"], 10) + 2 * o["check_points"] + CHECK_HESSIAN_AT * o["power_iters"]
+    return 3.0 * (passes + judged * check) * (proj + scores)
 
 
 def method_flops(cfg: RunConfig, shape: Shape) -> float:

@@ -30,7 +30,12 @@ from core.methods.attention_gd.optimiser import (
     gd_prune_group,
     initial_mask,
 )
-from core.methods.attention_gd.options import BINARIZE_RULES, DTYPES, AttentionGDOptions
+from core.methods.attention_gd.options import (
+    BINARIZE_RULES,
+    CHECK_HESSIAN_AT,
+    DTYPES,
+    AttentionGDOptions,
+)
 from core.methods.base import LayerContext, LinearReport, Method
 from core.methods.linear import relative_reconstruction_error
 from core.methods.magnitude import magnitude_mask
@@ -223,7 +228,7 @@ class AttentionGD(Method):
         return check_assumptions(
             GroupObjective(res.problem, res.lam), res.run, analytic_bound=bound,
             points=self.options.check_points, power_iters=self.options.power_iters,
-            hessian_at=3, rel_floor=64 * torch.finfo(dtype).eps, seed=self.options.seed,
+            hessian_at=CHECK_HESSIAN_AT, rel_floor=64 * torch.finfo(dtype).eps, seed=self.options.seed,
             eta0=res.trajectory[-1]["step_size"],
         )  # fmt: skip
 

@@ -16,6 +16,7 @@ BINARIZE_RULES = ("mask", "mask_times_weight")
 LAM_SCHEDULES = ("constant", "anneal")
 CHECKS = ("full", "sample", "none")
 OTHERS = ("none", "wanda", "sparsegpt")
+CHECK_HESSIAN_AT = 3  # iterates of a judged run where the checks take the Hessian's top eigenvalue
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
