@@ -36,7 +36,7 @@ import torch
 from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 from core.device_memory import reset_peak
 from core.methods import available_methods
-from core.runs import run_prune
+from core.runs import RunOptions, run_prune
 from core.store import RunStore
 from core.stream.pipeline import perplexity_streamed, prune_streamed
 from core.stream.synthetic import llama_config, write_random_model
@@ -76,7 +76,7 @@ def section_methods(args, device: torch.device, store: RunStore) -> dict:
                 reset_peak(dev)
                 t0 = time.perf_counter()
                 spec = ModelSpec(args.model, dev, "float32")
-                res = run_prune(spec, prune, calib, ev, store, force=True)
+                res = run_prune(spec, prune, calib, ev, store, opts=RunOptions(force=True))
                 row[f"ppl_{key}"] = res["metrics"]["ppl"]
                 row[f"seconds_{key}"] = time.perf_counter() - t0
             row["gpu_peak_mb"] = gpu_mb(device)
