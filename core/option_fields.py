@@ -93,7 +93,8 @@ _TEXT: dict[str, dict[str, tuple]] = {
         "init": ("Starting mask", "the mask GD refines ('wanda_mask': Wanda's)", CHOICE, INITS),
         "checks": (
             "Assumption checks",
-            "'full' measures smoothness and PL along the path; 'none' is faster",
+            "smoothness and PL judged on one GQA group per layer ('sample'), every group "
+            "('full', about twice the time) or none",
             CHOICE,
             CHECKS,
         ),

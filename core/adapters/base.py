@@ -72,6 +72,8 @@ class ModelAdapter:
         {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
     )
     norm_kind: ClassVar[str] = "rms"
+    # traits every model of the family has, whatever its config says (Qwen2: q/k/v biases)
+    fixed_traits: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -101,7 +103,7 @@ class ModelAdapter:
     @classmethod
     def traits(cls, config: Any) -> Traits:
         shape = cls.shape(config)
-        return Traits(
+        traits = dict(
             family=cls.family,
             roles=cls.roles,
             norm=cls.norm_kind,
@@ -116,6 +118,7 @@ class ModelAdapter:
             attn_scale=1.0 / math.sqrt(shape["head_dim"]),
             sliding_window=cls.window(config),
         )
+        return Traits(**{**traits, **cls.fixed_traits})
 
     @classmethod
     def positions(cls, config: Any) -> str:
@@ -142,12 +145,18 @@ class ModelAdapter:
         return self.model.model
 
     @property
+    def stack(self) -> nn.Module:
+        """The module that holds the decoder layers and the token embeddings (OPT: the
+        backbone's ``decoder``)."""
+        return self.backbone
+
+    @property
     def layers(self) -> nn.ModuleList:
-        return self.backbone.layers
+        return self.stack.layers
 
     @property
     def embed_tokens(self) -> nn.Embedding:
-        return self.backbone.embed_tokens
+        return self.stack.embed_tokens
 
     @property
     def embed_scale(self) -> float:

@@ -36,10 +36,9 @@ class OPTAdapter(ModelAdapter):
     family: ClassVar[str] = "opt"
     model_types: ClassVar[tuple[str, ...]] = ("opt",)
     roles: ClassVar[tuple[str, ...]] = ("q", "k", "v", "o", "up", "down")
+    # Llama's paths but for the output projection's name and the gate-less fc1/fc2 MLP
     role_paths: ClassVar[dict[str, str]] = {
-        "q": "self_attn.q_proj",
-        "k": "self_attn.k_proj",
-        "v": "self_attn.v_proj",
+        **{r: p for r, p in ModelAdapter.role_paths.items() if r != "gate"},
         "o": "self_attn.out_proj",
         "up": "fc1|mlp.fc1",
         "down": "fc2|mlp.fc2",
@@ -81,20 +80,12 @@ class OPTAdapter(ModelAdapter):
         return "learned"
 
     @property
-    def decoder(self) -> nn.Module:
+    def stack(self) -> nn.Module:
         return self.model.model.decoder
 
     @property
-    def layers(self) -> nn.ModuleList:
-        return self.decoder.layers
-
-    @property
-    def embed_tokens(self) -> nn.Embedding:
-        return self.decoder.embed_tokens
-
-    @property
     def position_table(self) -> nn.Embedding:
-        return self.decoder.embed_positions
+        return self.stack.embed_positions
 
     @property
     def rotary_emb(self) -> None:
@@ -102,10 +93,10 @@ class OPTAdapter(ModelAdapter):
 
     @property
     def final_norm(self) -> nn.Module:
-        return self.decoder.final_layer_norm
+        return self.stack.final_layer_norm
 
     def set_final_norm(self, norm: nn.Module) -> None:
-        self.decoder.final_layer_norm = norm
+        self.stack.final_layer_norm = norm
 
     @property
     def rms_eps(self) -> float:

@@ -6,14 +6,12 @@ whole."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, ClassVar
 
 from torch import nn
 
 from core.adapters.base import ModelAdapter, _get
 from core.adapters.roles import RowSlice
-from core.adapters.traits import Traits
 
 
 class Phi3Adapter(ModelAdapter):
@@ -35,9 +33,7 @@ class Phi3Adapter(ModelAdapter):
         "resid_mlp_dropout",
     }
 
-    @classmethod
-    def traits(cls, config: Any) -> Traits:
-        return replace(super().traits(config), fused=("qkv_proj", "gate_up_proj"))
+    fixed_traits: ClassVar[dict[str, Any]] = {"fused": ("qkv_proj", "gate_up_proj")}
 
     def _rows(self, role: str) -> tuple[int, int]:
         """Rows of ``role`` inside its fused projection (the order Phi-3's forward splits)."""

@@ -7,11 +7,9 @@ on the output side of q/k/v, the q/k norms act inside a head, after the rotated 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, ClassVar
 
 from core.adapters.base import ModelAdapter
-from core.adapters.traits import Traits
 
 
 class Qwen2Adapter(ModelAdapter):
@@ -19,10 +17,7 @@ class Qwen2Adapter(ModelAdapter):
 
     family: ClassVar[str] = "qwen2"
     model_types: ClassVar[tuple[str, ...]] = ("qwen2",)
-
-    @classmethod
-    def traits(cls, config: Any) -> Traits:
-        return replace(super().traits(config), qkv_bias=True)
+    fixed_traits: ClassVar[dict[str, Any]] = {"qkv_bias": True}
 
 
 class Qwen3Adapter(ModelAdapter):
@@ -30,7 +25,4 @@ class Qwen3Adapter(ModelAdapter):
 
     family: ClassVar[str] = "qwen3"
     model_types: ClassVar[tuple[str, ...]] = ("qwen3",)
-
-    @classmethod
-    def traits(cls, config: Any) -> Traits:
-        return replace(super().traits(config), qk_norm=True)
+    fixed_traits: ClassVar[dict[str, Any]] = {"qk_norm": True}
