@@ -14,6 +14,7 @@ same executor with 1 worker, and checks every setting stored the same perplexiti
 
 from __future__ import annotations
 
+import os
 import time
 
 from protocol import open_store, protocol_parser
@@ -31,7 +32,7 @@ def main() -> None:
     from pathlib import Path
 
     from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec
-    from core.executors import LocalExecutor, RayExecutor
+    from core.executors import make_executor
     from core.sweep_grid import SweepSpec, resolve_grid
     from core.sweeps import run_sweep_grid
 
@@ -59,14 +60,17 @@ def main() -> None:
     for setting in args.settings.split(","):
         kind, workers = setting.split("-")
         store = open_store(args, f"sweep-scaling-{setting}-")
-        if kind == "local":
-            executor = LocalExecutor(int(workers))
-        else:
+        if kind == "ray":
             import ray
 
             if ray.is_initialized():
                 ray.shutdown()
-            executor = RayExecutor(address=None, num_cpus=int(workers))
+            # Ray starts its workers at nice 15; the local pool runs at this process's
+            # priority, so without this any background process would tax Ray alone
+            os.environ.setdefault("RAY_worker_niceness", "0")
+        # what `python -m core sweep --executor KIND --workers N` builds (Ray: a private
+        # cluster of this machine's cores, cores // N per task)
+        executor = make_executor(kind, int(workers), ray_address=None)
         t0 = time.perf_counter()
         out = run_sweep_grid(spec, store, executor)
         walls[setting] = time.perf_counter() - t0

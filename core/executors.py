@@ -353,8 +353,12 @@ def make_executor(
     if name == "gpus":
         return GpuPoolExecutor(gpus, scratch)
     if name == "ray":
-        local = ray_address in (None, "local")
+        if ray_address not in (None, "local"):
+            return RayExecutor(ray_address, scratch=scratch)
+        # a private cluster of this machine's cores; like the local pool, N workers each get
+        # cores // N of them (Ray sets a task's OMP_NUM_THREADS to its num_cpus)
+        cores = os.cpu_count() or 1
         return RayExecutor(
-            None if local else ray_address, num_cpus=workers if local else None, scratch=scratch
+            None, cpus_per_task=max(1, cores // workers), num_cpus=cores, scratch=scratch
         )
     raise ConfigError(f"unknown executor {name!r}; use {', '.join(EXECUTORS)}")
