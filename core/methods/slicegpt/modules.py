@@ -155,10 +155,6 @@ def as_adapter(model: Any) -> ModelAdapter:
     raise ConfigError(f"expected a model, ModelAdapter or LoadedModel, got {type(model).__name__}")
 
 
-def _n_layer_params(adapter: ModelAdapter) -> int:
-    return sum(p.numel() for p in adapter.layers.parameters())
-
-
 def is_sliced(model: nn.Module) -> bool:
     return isinstance(getattr(model, "slicing", None), SliceSpec)
 

@@ -57,18 +57,17 @@ from core.methods.slicegpt.folding import (
 from core.methods.slicegpt.modules import (
     SlicedDecoderLayer,
     SliceSpec,
-    _n_layer_params,
     as_adapter,
     check_sliceable,
 )
 from core.methods.slicegpt.rotation import (
-    _rotated_output,
     accumulate_gram,
     pca_basis,
     randomize_kept,
     rotate_embeddings,
     rotate_inputs,
     rotate_outputs,
+    rotated_output,
     sliced_width,
 )
 from core.offload import Offload
@@ -227,7 +226,7 @@ def _slice_layer(
     # Mid boundary. With o_proj writing in the full Q_in basis, the residual there is
     # [x, 0] + attn: no (T, d_in)·(d_in, d) product to map x back. Its PCA V (in Q_in
     # coordinates) gives Q_mid = Q_in·V; the eigenvalues are those of the unrotated residual.
-    with _rotated_output(writer, Q_in):
+    with rotated_output(writer, Q_in):
         mids = []  # (B, L, d)
         for x, kw in zip(hidden, kwargs, strict=True):
             r = new.attention_branch(x, **kw)
@@ -243,7 +242,7 @@ def _slice_layer(
     del mids
 
     # Out boundary, the same way in Q_mid coordinates.
-    with _rotated_output(mlp_writer, Q_mid):
+    with rotated_output(mlp_writer, Q_mid):
         outs = []  # (B, L, d)
         for h in hidden:
             r = new.mlp_branch(h)
@@ -259,6 +258,10 @@ def _slice_layer(
     new.attn_shortcut.copy_(V[:d_in, :d_mid])
     new.mlp_shortcut.copy_(V_out[:d_mid, :d_out])
     return new, hidden, Q_out
+
+
+def _n_layer_params(adapter: ModelAdapter) -> int:
+    return sum(p.numel() for p in adapter.layers.parameters())
 
 
 @torch.no_grad()
