@@ -188,7 +188,7 @@ def check_sliceable(adapter: ModelAdapter) -> None:
     why = family_refusal(adapter.traits(adapter.config))
     if why:
         raise ConfigError(f"slicegpt cannot slice {adapter.family} models: {why}")
-    children = adapter.layer_children
+    children = adapter.layout.children
     for i, layer in enumerate(adapter.layers):
         extra = sorted({n for n, _ in layer.named_children()} - children)
         if extra:

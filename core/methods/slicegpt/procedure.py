@@ -293,14 +293,14 @@ def slice_model(
     n_dense, n_layers_dense = adapter.n_params(), _n_layer_params(adapter)
 
     untie_head(adapter)
-    if adapter.norm_kind == "layernorm":
+    if adapter.layout.norm == "layernorm":
         if offload.streamed:  # centring edits every layer before layer 0's inputs exist
             raise ConfigError(f"slicegpt on {adapter.family} (LayerNorm) cannot be streamed")
         center_stream(adapter)  # LayerNorm -> N(x) needs a mean-free residual stream
     tables = [t for t in (adapter.embed_tokens, adapter.position_table) if t is not None]
     for table in tables:
         offload.fetch(table)
-    if options.center_embeddings and adapter.norm_kind != "layernorm":
+    if options.center_embeddings and adapter.layout.norm != "layernorm":
         center_embeddings(adapter.embed_tokens)
     inputs = capture_layer_inputs(adapter, calib_ids, device, options.batch_size, offload=offload)
     bounds = _Boundaries(options, device)
