@@ -14,14 +14,14 @@ import torch
 
 from core.methods import register
 from core.methods.base import LinearStats
-from core.methods.linear import ScopedOptions, ScoreMethod
+from core.methods.linear import ScopedOptions, ScoreMethod, scope_option
 
 
 @dataclass(frozen=True)
 class MagnitudeOptions(ScopedOptions):
     """scope: "matrix" (one threshold per weight matrix, as in the reference) or "row"."""
 
-    scope: str = "matrix"
+    scope: str = scope_option("matrix")
 
 
 @register

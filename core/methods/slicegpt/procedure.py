@@ -46,6 +46,7 @@ import torch
 
 from core.adapters import ModelAdapter
 from core.errors import ConfigError
+from core.field import option
 from core.layer_inputs import capture_layer_inputs
 from core.methods.slicegpt.folding import (
     center_embeddings,
@@ -86,13 +87,33 @@ class SliceOptions:
     calibration sequences per forward; center_embeddings: subtract each embedding row's mean
     first, as the reference ``fuse_modules`` does (changes an RMSNorm model's function)."""
 
-    round_to: int = 8
-    damp: float = 0.01
-    slice_head: bool = False
-    orientation: str = "pca"
-    seed: int = 42
-    batch_size: int = 8
-    center_embeddings: bool = False
+    round_to: int = option(
+        8, "Round d′ to a multiple of", "kept width rounding (reference 8)", (1, 512)
+    )
+    damp: float = option(
+        0.01, "PCA damping", "fraction of the covariance's mean diagonal", (0.0, 1.0)
+    )
+    slice_head: bool = option(
+        False, "Slice the output head too", "the final norm and LM head input"
+    )
+    orientation: str = option(
+        "pca",
+        "Kept directions",
+        "'pca': the principal directions; 'random': a seeded random basis (a control)",
+        ORIENTATIONS,
+    )
+    seed: int = option(
+        42, "Seed of the random basis", "used with 'random' directions", (0, 2**31 - 1), expert=True
+    )
+    batch_size: int = option(
+        8, "Sequences per forward", "calibration batch", (1, 1024), expert=True
+    )
+    center_embeddings: bool = option(
+        False,
+        "Center the embeddings first",
+        "as the reference does (changes an RMSNorm model's function)",
+        expert=True,
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.center_embeddings, bool):
