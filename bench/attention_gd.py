@@ -29,12 +29,12 @@ from torch import nn
 from core.attention import attention_errors, attention_probs
 from core.attention_compare import AttentionProbe, form
 from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
+from core.masks import score_mask
 from core.methods.attention_gd import AttentionGD, AttentionGDOptions
 from core.methods.attention_gd.options import CHECKS
 from core.methods.base import LayerContext, LinearStats
-from core.methods.magnitude import magnitude_mask
 from core.methods.sparsegpt import sparsegpt_prune
-from core.methods.wanda import wanda_mask
+from core.methods.wanda import wanda_scores
 from core.runs import get_calib_windows, get_eval_windows, get_model, run_prune
 
 # GD readings swept (fixed before the run). Everything else: AttentionGDOptions' defaults.
@@ -77,9 +77,9 @@ def attn_error(X, dense, pruned, geo, rope, qk_form=None) -> float:
 def baseline(name: str, W: torch.Tensor, X: torch.Tensor, s: float) -> torch.Tensor:
     flat = X.reshape(-1, X.shape[-1])
     if name == "magnitude":
-        return W * ~magnitude_mask(W, s, "row")
+        return W * ~score_mask(W.abs(), s, "row")
     if name == "wanda":
-        return W * ~wanda_mask(W, flat.square().sum(0), s, "row")
+        return W * ~score_mask(wanda_scores(W, flat.square().sum(0)), s, "row")
     return sparsegpt_prune(W, 2 * flat.T @ flat / flat.shape[0], s)[0]
 
 

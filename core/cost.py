@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import torch
 
-from core.adapter import resolve_roles
+from core.adapters import resolve_roles
 from core.config import CalibConfig, ModelSpec, RunConfig, zeroshot_from
 from core.data import C4_EVAL_WINDOWS
 from core.geometry import Geometry

@@ -3,6 +3,7 @@ flag and the app into a widget (core.fields holds the table of every command's f
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,30 @@ class Field:
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+
+WORDS = "words"  # the metadata key of a method option's Words
+
+
+@dataclass(frozen=True)
+class Words:
+    """A method option in the user's words: label and help, the range (lo, hi) of a number or
+    the choices of a word (None for a flag), and whether it is an expert's (the app draws
+    those in an expander)."""
+
+    label: str
+    help: str
+    limits: tuple[Any, ...] | None = None
+    expert: bool = False
+
+
+def option(
+    default: Any, label: str, help: str, limits: tuple[Any, ...] | None = None, expert: bool = False
+) -> Any:
+    """A field of a method's options dataclass, with its words beside it, which
+    ``core.option_fields`` turns into a form field: ``steps: int = option(20, "Gradient steps",
+    "cap per group", (1, 1000))``."""
+    return dataclasses.field(default=default, metadata={WORDS: Words(label, help, limits, expert)})
 
 
 PATTERNS = ("unstructured", "2:4", "4:8")

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.adapter import SHARED_INPUT, ModelAdapter
+from core.adapters import SHARED_INPUT, ModelAdapter
 from core.layer_inputs import (
     LayerInputs,
     StopForward,

@@ -18,14 +18,12 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from core.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig, RunConfig, ZeroShotConfig
-from core.device import dtype_name, resolve_device, resolve_dtype
 from core.errors import ConfigError
 from core.masks import parse_pattern
 from core.names import EVAL
 from core.runs.plan import check_run, prune_run_config, readable_geometry, zeroshot_run_config
+from core.runs.resources import resolve_model_spec
 
 
 @dataclass(frozen=True)
@@ -84,23 +82,6 @@ def point_label(p: dict[str, Any]) -> str:
     )
 
 
-def resolve_model_for(spec: ModelSpec, device: str | None = None) -> ModelSpec:
-    """The resolved model spec. ``device`` ('cpu' | 'cuda'): where remote workers run, used
-    for 'auto' without requiring this (driver) machine to have it; None: resolve here."""
-    if device is None:
-        dev = resolve_device(spec.device)  # checks that this machine has it
-    else:
-        try:
-            dev = torch.device(device if spec.device == "auto" else spec.device)
-        except RuntimeError as exc:
-            raise ConfigError(
-                f"unknown device {spec.device!r} (use auto, cpu, cuda, cuda:N)"
-            ) from exc
-    return dataclasses.replace(
-        spec, device=str(dev), dtype=dtype_name(resolve_dtype(spec.dtype, dev))
-    )
-
-
 def point_options(spec: SweepSpec, method: str) -> tuple[tuple[str, Any], ...]:
     """The grid's shared options with ``method``'s own on top."""
     own = dict(dict(spec.method_options).get(method, ()))
@@ -131,8 +112,9 @@ def baselines(spec: SweepSpec, model: ModelSpec) -> list[RunConfig]:
 
 def resolve_grid(spec: SweepSpec, device: str | None = None) -> list[RunConfig]:
     """Dense baselines first, then every point in grid order, each run id once. Raises
-    ConfigError naming the first invalid point before anything runs."""
-    model = resolve_model_for(spec.model, device)
+    ConfigError naming the first invalid point before anything runs. ``device``: where
+    remote workers run (``resolve_model_spec``)."""
+    model = resolve_model_spec(spec.model, device)
     geo = readable_geometry(model)
     configs = baselines(spec, model)
     for p in spec.points():

@@ -18,7 +18,7 @@ from core.methods.attention_gd.method import (
     TABLE_HEADS,
     TABLE_TRAJECTORY,
 )
-from pages.common import get_store, pick_run, require_frame
+from pages.common import get_store, number_table, pick_run, require_frame
 from pages.starters import offer_run
 
 require_frame(__file__)
@@ -107,9 +107,7 @@ present = [e for e in ESTIMATES if e in groups]
 spread = (
     groups[present].describe(percentiles=[0.1, 0.5, 0.9]).T[["min", "10%", "50%", "90%", "max"]]
 )
-st.dataframe(spread, key="spread", column_config={
-    col: st.column_config.NumberColumn(col, format="%.3g") for col in spread.columns
-})  # fmt: skip
+number_table(spread, "spread", "%.3g")
 st.caption(
     "μ̂: smallest PL ratio with L* at its lower end; L̂: Hessian power iteration and secants "
     "(measured, lower estimates) beside the analytical upper bound (NaN where the model has q/k "

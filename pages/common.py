@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from core import jobs
@@ -83,6 +84,12 @@ def pick_run(label: str, records: list[RunRecord], key: str) -> RunRecord | None
 def cli_hint(what: str, command: str) -> None:
     """Say which CLI command produces missing data."""
     st.info(f"{what} Produce it with:\n\n```\n{command}\n```")
+
+
+def number_table(frame: pd.DataFrame, key: str, fmt: str) -> None:
+    """A table whose every column is a number drawn with the printf format ``fmt``."""
+    config = {c: st.column_config.NumberColumn(c, format=fmt) for c in frame.columns}
+    st.dataframe(frame, key=key, column_config=config)
 
 
 def show_error(exc: BaseException) -> None:

@@ -11,6 +11,7 @@ from core.budget import BUDGETS
 from core.figures.repdim import BUDGET_AXIS
 from core.store import RunRecord
 from core.teaching import budget_points, matched_summary, slice_point
+from pages.common import number_table
 
 
 def relation_slider(sweep: pd.DataFrame, ppl0: float, d: int) -> None:
@@ -68,9 +69,7 @@ def matched_budgets(records: list[RunRecord]) -> None:
     st.plotly_chart(figures.budget_chart(points, budget), key="budget_chart")
     wide, wins = matched_summary(points, budget)
     if not wide.empty:
-        st.dataframe(wide, key="budget_table", column_config={
-            c: st.column_config.NumberColumn(c, format="%.2f") for c in wide.columns
-        })  # fmt: skip
+        number_table(wide, "budget_table", "%.2f")
     st.caption(
         "Each run is placed by the non-zero parameters it keeps (embeddings and head "
         "included) or its measured forward latency, both relative to the dense model; the "

@@ -12,6 +12,7 @@ from torch import nn
 
 from core.attention import apply_rope, attention_errors, attention_probs, rope_adjoint
 from core.errors import ConfigError
+from core.masks import score_mask
 from core.methods import get_method
 from core.methods.attention_gd import (
     AttentionGD,
@@ -25,8 +26,7 @@ from core.methods.attention_gd import (
     to_linear,
 )
 from core.methods.base import LayerContext, LinearStats
-from core.methods.magnitude import magnitude_mask
-from core.methods.wanda import wanda_mask
+from core.methods.wanda import wanda_scores
 
 D, HEAD_DIM, L = 16, 4, 8
 F64 = torch.float64
@@ -323,9 +323,9 @@ def test_scaled_init_binarised_at_step_zero_is_the_baseline_mask():
     W = ctx.linears["q"].weight.detach()
     col_sq = ctx.stats["q"].col_sq_norms
     M0 = initial_mask(W, "wanda", col_sq)
-    assert torch.equal(binarize(M0, 0.5, "row"), ~wanda_mask(W, col_sq, 0.5, "row"))
+    assert torch.equal(binarize(M0, 0.5, "row"), ~score_mask(wanda_scores(W, col_sq), 0.5, "row"))
     M0 = initial_mask(W, "magnitude")
-    assert torch.equal(binarize(M0, 0.5, "row"), ~magnitude_mask(W, 0.5, "row"))
+    assert torch.equal(binarize(M0, 0.5, "row"), ~score_mask(W.abs(), 0.5, "row"))
 
 
 def test_method_others_delegates_v_to_wanda():

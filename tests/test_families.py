@@ -56,7 +56,7 @@ def randomized(name: str, seed: int = 0, dtype: torch.dtype = torch.float32):
             if pname.endswith("bias"):
                 p.copy_(0.2 * (noise - 0.5))
             elif p.dim() == 1 and "norm" in pname:
-                p.copy_(noise - 0.5 if ad.norm_kind == "rms_1p" else 0.5 + noise)
+                p.copy_(noise - 0.5 if ad.layout.norm == "rms_1p" else 0.5 + noise)
     return model, ad
 
 
@@ -137,7 +137,7 @@ MASK_CASES = [
 @pytest.mark.parametrize(("method", "options", "pattern"), MASK_CASES)
 def test_masks_have_the_exact_sparsity(name, method, options, pattern):
     model, ad = randomized(name)
-    roles = ad.roles
+    roles = ad.layout.roles
     run_method(make_method(method, options), ad, ids(), roles,
                [dict.fromkeys(roles, 0.5)] * ad.n_layers, pattern, "cpu")  # fmt: skip
     for layer in ad.layers:
@@ -158,7 +158,7 @@ def test_masks_have_the_exact_sparsity(name, method, options, pattern):
 @pytest.mark.parametrize("name", FAMILY_MODELS)
 def test_pruned_model_save_reload_through_the_loader(name, tmp_path):
     model, ad = randomized(name)
-    roles = ad.roles
+    roles = ad.layout.roles
     run_method(make_method("wanda", {}), ad, ids(), roles,
                [dict.fromkeys(roles, 0.5)] * ad.n_layers, "2:4", "cpu")  # fmt: skip
     x = ids(2, seed=5)

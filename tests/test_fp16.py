@@ -4,7 +4,7 @@ half precision, statistics still float32 (Gram sums float64), results close to f
 import pytest
 import torch
 
-from core.adapter import ROLES, ModelAdapter
+from core.adapters import ROLES, ModelAdapter
 from core.config import PruneConfig
 from core.device import resolve_dtype
 from core.models import LoadedModel, build_tiny_model

@@ -9,13 +9,13 @@ import torch
 from torch import nn
 
 from core.errors import ConfigError, NumericalError
-from core.masks import prune_count
+from core.masks import prune_count, score_mask
 from core.methods import get_method
 from core.methods.base import LayerContext, LinearStats
 from core.methods.linear import relative_reconstruction_error
-from core.methods.magnitude import Magnitude, MagnitudeOptions, magnitude_mask
+from core.methods.magnitude import Magnitude, MagnitudeOptions
 from core.methods.sparsegpt import SparseGPT, SparseGPTOptions, sparsegpt_prune
-from core.methods.wanda import Wanda, WandaOptions, wanda_mask, wanda_scores
+from core.methods.wanda import Wanda, WandaOptions, wanda_scores
 
 
 def make_problem(seed: int, out: int = 64, d_in: int = 128, tokens: int = 512):
@@ -80,17 +80,17 @@ METHODS = [
 
 def test_magnitude_matrix_scope_exact_count_with_ties() -> None:
     W = quantised(make_problem(0)[0])
-    mask = magnitude_mask(W, 0.5, scope="matrix")
+    mask = score_mask(W.abs(), 0.5, "matrix")
     assert mask.sum().item() == prune_count(W.numel(), 0.5)
     assert W.abs()[mask].max() <= W.abs()[~mask].min()  # kept = top-k by |W|
 
 
 def test_magnitude_row_scope_and_nm() -> None:
     W = quantised(make_problem(1)[0])
-    per_row = magnitude_mask(W, 0.3, scope="row").sum(1)
+    per_row = score_mask(W.abs(), 0.3, "row").sum(1)
     assert per_row.sum() == prune_count(64 * 128, 0.3)
     assert set(per_row.tolist()) <= {prune_count(128, 0.3), prune_count(128, 0.3) + 1}
-    nm = magnitude_mask(W, 0.5, nm=(2, 4)).reshape(64, 32, 4)
+    nm = score_mask(W.abs(), 0.5, "matrix", (2, 4)).reshape(64, 32, 4)
     assert (nm.sum(-1) == 2).all()
 
 
@@ -115,7 +115,7 @@ def test_wanda_exact_row_sparsity_with_ties(sparsity: float) -> None:
     W = quantised(make_problem(2)[0])
     norms = torch.ones(128)
     norms[:64] = 4.0  # two activation levels: scores tie within and across them
-    per_row = wanda_mask(W, norms, sparsity).sum(dim=1)
+    per_row = score_mask(wanda_scores(W, norms), sparsity, "row").sum(dim=1)
     # every row prunes ⌊p·in⌋ (+1 for some rows when p·in is fractional): exact matrix total
     assert per_row.sum() == prune_count(64 * 128, sparsity)
     assert set(per_row.tolist()) <= {prune_count(128, sparsity), prune_count(128, sparsity) + 1}
@@ -126,29 +126,29 @@ def test_wanda_exact_row_sparsity_with_ties(sparsity: float) -> None:
 @pytest.mark.parametrize(("n", "m"), [(2, 4), (4, 8), (1, 3)])
 def test_wanda_exact_nm(n: int, m: int) -> None:
     W, X = make_problem(3, d_in=96)
-    mask = wanda_mask(W, (X.T @ X).diagonal(), 0.5, nm=(n, m))
+    mask = score_mask(wanda_scores(W, (X.T @ X).diagonal()), 0.5, "row", (n, m))
     assert (mask.reshape(64, 96 // m, m).sum(-1) == n).all()
 
 
 def test_wanda_scaling_inputs_keeps_mask() -> None:
     W, X = make_problem(4)
-    base = wanda_mask(W, (X * X).sum(0), 0.5)
+    base = score_mask(wanda_scores(W, (X * X).sum(0)), 0.5, "row")
     for c in (0.01, 3.0, 250.0):
-        assert torch.equal(wanda_mask(W, ((c * X) ** 2).sum(0), 0.5), base)
+        assert torch.equal(score_mask(wanda_scores(W, ((c * X) ** 2).sum(0)), 0.5, "row"), base)
 
 
 def test_wanda_equal_norms_is_row_magnitude() -> None:
     W = quantised(make_problem(5)[0])
     for norm_sq in (1.0, 16.0, 7.3):
-        mask = wanda_mask(W, torch.full((128,), norm_sq), 0.5)
-        assert torch.equal(mask, magnitude_mask(W, 0.5, scope="row"))
+        mask = score_mask(wanda_scores(W, torch.full((128,), norm_sq)), 0.5, "row")
+        assert torch.equal(mask, score_mask(W.abs(), 0.5, "row"))
 
 
 def test_wanda_beats_magnitude_on_outlier_features() -> None:
     for seed in range(3):
         W, X = make_problem(seed)
-        wanda = W.masked_fill(wanda_mask(W, (X * X).sum(0), 0.5), 0.0)
-        magnitude = W.masked_fill(magnitude_mask(W, 0.5), 0.0)
+        wanda = W.masked_fill(score_mask(wanda_scores(W, (X * X).sum(0)), 0.5, "row"), 0.0)
+        magnitude = W.masked_fill(score_mask(W.abs(), 0.5, "matrix"), 0.0)
         assert error(W, wanda, X) < 0.8 * error(W, magnitude, X)
 
 
@@ -187,8 +187,8 @@ def test_sparsegpt_beats_wanda_and_magnitude() -> None:
     for seed in range(3):
         W, X = make_problem(seed)
         sgpt = sparsegpt_prune(W, hessian(X), 0.5)[0]
-        wanda = W.masked_fill(wanda_mask(W, (X * X).sum(0), 0.5), 0.0)
-        magnitude = W.masked_fill(magnitude_mask(W, 0.5), 0.0)
+        wanda = W.masked_fill(score_mask(wanda_scores(W, (X * X).sum(0)), 0.5, "row"), 0.0)
+        magnitude = W.masked_fill(score_mask(W.abs(), 0.5, "matrix"), 0.0)
         assert error(W, sgpt, X) < 0.8 * error(W, wanda, X)
         assert error(W, sgpt, X) < 0.5 * error(W, magnitude, X)
 
@@ -329,7 +329,7 @@ def test_registry() -> None:
 
 def test_relative_error_from_gram_matches_direct() -> None:
     W, X = make_problem(16)
-    W_new = W.masked_fill(magnitude_mask(W, 0.5), 0.0)
+    W_new = W.masked_fill(score_mask(W.abs(), 0.5, "matrix"), 0.0)
     direct = torch.linalg.norm((W - W_new) @ X.T) / torch.linalg.norm(W @ X.T)
     assert relative_reconstruction_error(W, W_new, X.T @ X) == pytest.approx(direct.item(), 1e-4)
     assert relative_reconstruction_error(W, W, X.T @ X) == 0.0

@@ -6,8 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from core.adapter import ModelAdapter
-from core.adapters import adapter_for
+from core.adapters import ModelAdapter, adapter_for
 from core.config import PruneConfig
 from core.errors import ConfigError
 from core.layer_inputs import linear_inputs

@@ -5,6 +5,7 @@ and ``family_traits(config)`` answer the same from a config alone (run planning)
 """
 
 from core.adapters.base import ModelAdapter
+from core.adapters.layout import Layout
 from core.adapters.registry import (
     FAMILIES,
     adapter_class,
@@ -21,6 +22,7 @@ __all__ = [
     "ROLES",
     "ROLE_GROUPS",
     "SHARED_INPUT",
+    "Layout",
     "ModelAdapter",
     "RowSlice",
     "Traits",

@@ -11,11 +11,12 @@ Methods, the runner, SliceGPT and the evaluations reach a model only through the
 - SliceGPT: ``attn_norm`` / ``mlp_norm`` / ``final_norm`` and ``norm_affine`` (the γ, β a
   norm applies, to fold), ``attn_readers`` / ``attn_writer`` / ``mlp_readers`` /
   ``mlp_writer`` (the physical linears around each block), ``attention_block`` /
-  ``mlp_block`` (callable blocks), ``layer_children`` (what a plain layer contains);
+  ``mlp_block`` (callable blocks), ``layout.children`` (what a plain layer contains);
 - geometry (``shape``) and ``traits``, both read from the config alone, so run planning can
   refuse a method for a family before any weight is loaded.
 
-A family subclass overrides only what differs from Llama (core/adapters/<family>.py).
+A family subclass (core/adapters/<family>.py) declares its ``layout`` (module paths, norm kind,
+constant traits: core/adapters/layout.py) and overrides only the verbs that differ from Llama.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from core.adapters.layout import LLAMA, Layout
 from core.adapters.roles import ROLES, RowSlice
 from core.adapters.traits import Traits
 from core.errors import ModelLoadError
@@ -54,26 +56,7 @@ class ModelAdapter:
 
     family: ClassVar[str] = "llama"
     model_types: ClassVar[tuple[str, ...]] = ("llama",)
-    roles: ClassVar[tuple[str, ...]] = ROLES
-    # role -> attribute path inside a decoder layer ("a|b": the first that exists wins)
-    role_paths: ClassVar[dict[str, str]] = {
-        "q": "self_attn.q_proj",
-        "k": "self_attn.k_proj",
-        "v": "self_attn.v_proj",
-        "o": "self_attn.o_proj",
-        "gate": "mlp.gate_proj",
-        "up": "mlp.up_proj",
-        "down": "mlp.down_proj",
-    }
-    attn_norm_path: ClassVar[str] = "input_layernorm"
-    mlp_norm_path: ClassVar[str] = "post_attention_layernorm"
-    # children of a plain pre-norm layer; anything else is computation SliceGPT would drop
-    layer_children: ClassVar[frozenset[str]] = frozenset(
-        {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
-    )
-    norm_kind: ClassVar[str] = "rms"
-    # traits every model of the family has, whatever its config says (Qwen2: q/k/v biases)
-    fixed_traits: ClassVar[dict[str, Any]] = {}
+    layout: ClassVar[Layout] = LLAMA  # module paths, norm kind and constant traits
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -105,8 +88,8 @@ class ModelAdapter:
         shape = cls.shape(config)
         traits = dict(
             family=cls.family,
-            roles=cls.roles,
-            norm=cls.norm_kind,
+            roles=cls.layout.roles,
+            norm=cls.layout.norm,
             positions=cls.positions(config),
             pre_norm=True,
             post_norms=False,
@@ -118,7 +101,7 @@ class ModelAdapter:
             attn_scale=1.0 / math.sqrt(shape["head_dim"]),
             sliding_window=cls.window(config),
         )
-        return Traits(**{**traits, **cls.fixed_traits})
+        return Traits(**{**traits, **cls.layout.fixed})
 
     @classmethod
     def positions(cls, config: Any) -> str:
@@ -179,10 +162,10 @@ class ModelAdapter:
 
     @property
     def final_norm(self) -> nn.Module:
-        return self.backbone.norm
+        return getattr(self.stack, self.layout.final_norm)
 
     def set_final_norm(self, norm: nn.Module) -> None:
-        self.backbone.norm = norm
+        setattr(self.stack, self.layout.final_norm, norm)
 
     @property
     def lm_head(self) -> nn.Linear:
@@ -206,12 +189,12 @@ class ModelAdapter:
         (OPT has no gate) are left out."""
         out = {}
         for role in ROLES:
-            if role in roles and role in self.roles:
+            if role in roles and role in self.layout.roles:
                 out[role] = self._linear(layer, role)
         return out
 
     def _linear(self, layer: nn.Module, role: str) -> nn.Module:
-        return _get(layer, self.role_paths[role])
+        return _get(layer, self.layout.paths[role])
 
     def input_module(self, layer: nn.Module, role: str) -> nn.Module:
         """The module whose forward input is ``role``'s input (its hook point)."""
@@ -271,14 +254,14 @@ class ModelAdapter:
 
     # ---- blocks and norms (SliceGPT) ---------------------------------------------------------
     def attn_norm(self, layer: nn.Module) -> nn.Module:
-        return _get(layer, self.attn_norm_path)
+        return _get(layer, self.layout.attn_norm)
 
     def mlp_norm(self, layer: nn.Module) -> nn.Module:
-        return _get(layer, self.mlp_norm_path)
+        return _get(layer, self.layout.mlp_norm)
 
     def set_norms(self, layer: nn.Module, attn: nn.Module, mlp: nn.Module) -> None:
         """Replace the norms before the attention and the MLP (SliceGPT's folded norms)."""
-        for paths, new in ((self.attn_norm_path, attn), (self.mlp_norm_path, mlp)):
+        for paths, new in ((self.layout.attn_norm, attn), (self.layout.mlp_norm, mlp)):
             for path in paths.split("|"):
                 parent, _, name = path.rpartition(".")
                 owner = _get(layer, parent) if parent else layer
@@ -298,7 +281,7 @@ class ModelAdapter:
         return self._linear(layer, "o")
 
     def mlp_readers(self, layer: nn.Module) -> list[nn.Linear]:
-        return self._physical(layer, tuple(r for r in ("gate", "up") if r in self.roles))
+        return self._physical(layer, tuple(r for r in ("gate", "up") if r in self.layout.roles))
 
     def mlp_writer(self, layer: nn.Module) -> nn.Linear:
         return self._linear(layer, "down")
@@ -370,14 +353,16 @@ class ModelAdapter:
                 f"{name} has no decoder layers where the {self.family} adapter expects them"
             )
         linears = self.linears(layers[0])
-        missing = [r for r in self.roles if not isinstance(linears.get(r), nn.Linear | RowSlice)]
+        missing = [
+            r for r in self.layout.roles if not isinstance(linears.get(r), nn.Linear | RowSlice)
+        ]
         if missing:
-            paths = ", ".join(str(self.role_paths[r]) for r in missing)
+            paths = ", ".join(str(self.layout.paths[r]) for r in missing)
             raise ModelLoadError(
                 f"{name}: decoder layers lack separate linears for {missing} (expected {paths});"
                 f" not the {self.family} layout"
             )
-        for what in (self.attn_norm_path, self.mlp_norm_path):
+        for what in (self.layout.attn_norm, self.layout.mlp_norm):
             if _get(layers[0], what) is None:
                 raise ModelLoadError(f"{name}: decoder layers have no {what}; not supported")
         if getattr(self.model, "lm_head", None) is None or self.embed_tokens is None:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from core.adapters.base import ModelAdapter
+from core.adapters.layout import LLAMA, Layout
 from core.adapters.traits import Traits
 
 
@@ -26,26 +27,20 @@ class Gemma3Adapter(ModelAdapter):
 
     family: ClassVar[str] = "gemma3"
     model_types: ClassVar[tuple[str, ...]] = ("gemma3_text",)
-    mlp_norm_path: ClassVar[str] = "pre_feedforward_layernorm"
-    layer_children: ClassVar[frozenset[str]] = frozenset(
-        {
-            "self_attn",
-            "mlp",
-            "input_layernorm",
-            "post_attention_layernorm",
-            "pre_feedforward_layernorm",
-            "post_feedforward_layernorm",
-        }
+    # a "post" norm on each block's output, and the MLP's input norm named "pre_feedforward"
+    layout: ClassVar[Layout] = replace(
+        LLAMA,
+        mlp_norm="pre_feedforward_layernorm",
+        children=LLAMA.children | {"pre_feedforward_layernorm", "post_feedforward_layernorm"},
+        norm="rms_1p",
+        fixed={"post_norms": True, "qk_norm": True},
     )
-    norm_kind: ClassVar[str] = "rms_1p"
 
     @classmethod
     def traits(cls, config: Any) -> Traits:
         scalar = getattr(config, "query_pre_attn_scalar", None) or cls.shape(config)["head_dim"]
         return replace(
             super().traits(config),
-            post_norms=True,
-            qk_norm=True,
             embed_scale=math.sqrt(int(config.hidden_size)),
             attn_scale=float(scalar) ** -0.5,
         )

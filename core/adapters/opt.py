@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from core.adapters.base import ModelAdapter
+from core.adapters.layout import LLAMA, Layout
 from core.adapters.traits import Traits
 
 
@@ -35,21 +36,24 @@ class OPTAdapter(ModelAdapter):
 
     family: ClassVar[str] = "opt"
     model_types: ClassVar[tuple[str, ...]] = ("opt",)
-    roles: ClassVar[tuple[str, ...]] = ("q", "k", "v", "o", "up", "down")
-    # Llama's paths but for the output projection's name and the gate-less fc1/fc2 MLP
-    role_paths: ClassVar[dict[str, str]] = {
-        **{r: p for r, p in ModelAdapter.role_paths.items() if r != "gate"},
-        "o": "self_attn.out_proj",
-        "up": "fc1|mlp.fc1",
-        "down": "fc2|mlp.fc2",
-    }
-    # (a sliced layer names them as the Llama layout does)
-    attn_norm_path: ClassVar[str] = "self_attn_layer_norm|input_layernorm"
-    mlp_norm_path: ClassVar[str] = "final_layer_norm|post_attention_layernorm"
-    layer_children: ClassVar[frozenset[str]] = frozenset(
-        {"self_attn", "self_attn_layer_norm", "fc1", "fc2", "final_layer_norm", "activation_fn"}
+    layout: ClassVar[Layout] = Layout(
+        # Llama's paths but for the output projection's name and the gate-less fc1/fc2 MLP
+        paths={
+            **{r: p for r, p in LLAMA.paths.items() if r != "gate"},
+            "o": "self_attn.out_proj",
+            "up": "fc1|mlp.fc1",
+            "down": "fc2|mlp.fc2",
+        },
+        children=frozenset(
+            {"self_attn", "self_attn_layer_norm", "fc1", "fc2", "final_layer_norm", "activation_fn"}
+        ),
+        roles=("q", "k", "v", "o", "up", "down"),
+        # (a sliced layer names them as the Llama layout does)
+        attn_norm="self_attn_layer_norm|input_layernorm",
+        mlp_norm="final_layer_norm|post_attention_layernorm",
+        final_norm="final_layer_norm",
+        norm="layernorm",
     )
-    norm_kind: ClassVar[str] = "layernorm"
 
     @classmethod
     def shape(cls, config: Any) -> dict[str, int]:
@@ -90,13 +94,6 @@ class OPTAdapter(ModelAdapter):
     @property
     def rotary_emb(self) -> None:
         return None
-
-    @property
-    def final_norm(self) -> nn.Module:
-        return self.stack.final_layer_norm
-
-    def set_final_norm(self, norm: nn.Module) -> None:
-        self.stack.final_layer_norm = norm
 
     @property
     def rms_eps(self) -> float:

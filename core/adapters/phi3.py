@@ -6,11 +6,13 @@ whole."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from dataclasses import replace
+from typing import ClassVar
 
 from torch import nn
 
-from core.adapters.base import ModelAdapter, _get
+from core.adapters.base import ModelAdapter
+from core.adapters.layout import LLAMA, Layout
 from core.adapters.roles import RowSlice
 
 
@@ -19,21 +21,19 @@ class Phi3Adapter(ModelAdapter):
 
     family: ClassVar[str] = "phi3"
     model_types: ClassVar[tuple[str, ...]] = ("phi3",)
-    role_paths: ClassVar[dict[str, str]] = {
-        "q": "self_attn.qkv_proj",
-        "k": "self_attn.qkv_proj",
-        "v": "self_attn.qkv_proj",
-        "o": "self_attn.o_proj",
-        "gate": "mlp.gate_up_proj",
-        "up": "mlp.gate_up_proj",
-        "down": "mlp.down_proj",
-    }
-    layer_children: ClassVar[frozenset[str]] = ModelAdapter.layer_children | {
-        "resid_attn_dropout",
-        "resid_mlp_dropout",
-    }
-
-    fixed_traits: ClassVar[dict[str, Any]] = {"fused": ("qkv_proj", "gate_up_proj")}
+    layout: ClassVar[Layout] = replace(
+        LLAMA,
+        paths={
+            **LLAMA.paths,
+            "q": "self_attn.qkv_proj",
+            "k": "self_attn.qkv_proj",
+            "v": "self_attn.qkv_proj",
+            "gate": "mlp.gate_up_proj",
+            "up": "mlp.gate_up_proj",
+        },
+        children=LLAMA.children | {"resid_attn_dropout", "resid_mlp_dropout"},
+        fixed={"fused": ("qkv_proj", "gate_up_proj")},
+    )
 
     def _rows(self, role: str) -> tuple[int, int]:
         """Rows of ``role`` inside its fused projection (the order Phi-3's forward splits)."""
@@ -49,7 +49,7 @@ class Phi3Adapter(ModelAdapter):
         }[role]
 
     def _linear(self, layer: nn.Module, role: str) -> nn.Module:
-        lin = _get(layer, self.role_paths[role])
+        lin = super()._linear(layer, role)
         if role in ("o", "down") or not isinstance(lin, nn.Linear):
             return lin
         return RowSlice(lin, *self._rows(role))

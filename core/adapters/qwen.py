@@ -7,9 +7,11 @@ on the output side of q/k/v, the q/k norms act inside a head, after the rotated 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from dataclasses import replace
+from typing import ClassVar
 
 from core.adapters.base import ModelAdapter
+from core.adapters.layout import LLAMA, Layout
 
 
 class Qwen2Adapter(ModelAdapter):
@@ -17,7 +19,7 @@ class Qwen2Adapter(ModelAdapter):
 
     family: ClassVar[str] = "qwen2"
     model_types: ClassVar[tuple[str, ...]] = ("qwen2",)
-    fixed_traits: ClassVar[dict[str, Any]] = {"qkv_bias": True}
+    layout: ClassVar[Layout] = replace(LLAMA, fixed={"qkv_bias": True})
 
 
 class Qwen3Adapter(ModelAdapter):
@@ -25,4 +27,4 @@ class Qwen3Adapter(ModelAdapter):
 
     family: ClassVar[str] = "qwen3"
     model_types: ClassVar[tuple[str, ...]] = ("qwen3",)
-    fixed_traits: ClassVar[dict[str, Any]] = {"qk_norm": True}
+    layout: ClassVar[Layout] = replace(LLAMA, fixed={"qk_norm": True})

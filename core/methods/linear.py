@@ -23,7 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.masks import check_sparsity, parse_pattern, scope_dim, score_mask
+from core.field import option
+from core.masks import SCOPES, check_sparsity, parse_pattern, scope_dim, score_mask
 from core.methods.base import LayerContext, LinearReport, LinearStats, Method
 
 log = logging.getLogger(__name__)
@@ -135,11 +136,22 @@ class LinearwiseMethod(Method):
         )
 
 
+def scope_option(default: str, expert: bool = False) -> Any:
+    """The ``scope`` option of the methods that compare scores ("row" or "matrix")."""
+    return option(
+        default,
+        "Compare scores within",
+        "each output row, or the whole weight matrix",
+        SCOPES,
+        expert,
+    )
+
+
 @dataclass(frozen=True)
 class ScopedOptions:
     """scope: the comparison group of the scores, "row" (per output row) or "matrix"."""
 
-    scope: str = "row"
+    scope: str = scope_option("row")
 
     def __post_init__(self) -> None:
         scope_dim(self.scope)  # validates

@@ -2,7 +2,8 @@
 
 The baseline of the Wanda and SparseGPT papers (papers.md §4, §7). The reference code
 thresholds over the whole matrix (``scope="matrix"``); ``scope="row"`` compares within each
-output row, Wanda's comparison group, so the two differ only in their score.
+output row, Wanda's comparison group, so the two differ only in their score. A mask outside a
+run is ``core.masks.score_mask(W.abs(), sparsity, scope, nm)``.
 """
 
 from __future__ import annotations
@@ -11,30 +12,16 @@ from dataclasses import dataclass
 
 import torch
 
-from core.masks import score_mask
 from core.methods import register
 from core.methods.base import LinearStats
-from core.methods.linear import ScopedOptions, ScoreMethod
-
-
-def magnitude_mask(
-    W: torch.Tensor,
-    sparsity: float,
-    scope: str = "matrix",
-    nm: tuple[int, int] | None = None,
-) -> torch.Tensor:
-    """Prune mask keeping the top-k |W_ij|: ⌊p·in⌋ zeros per row, ⌊p·numel⌋ per matrix, or N:M.
-
-    W: (out, in). With ``nm`` the pattern alone decides and ``sparsity`` is ignored.
-    """
-    return score_mask(W.abs(), sparsity, scope, nm)
+from core.methods.linear import ScopedOptions, ScoreMethod, scope_option
 
 
 @dataclass(frozen=True)
 class MagnitudeOptions(ScopedOptions):
     """scope: "matrix" (one threshold per weight matrix, as in the reference) or "row"."""
 
-    scope: str = "matrix"
+    scope: str = scope_option("matrix")
 
 
 @register

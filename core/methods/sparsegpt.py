@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from core.errors import ConfigError, NumericalError
+from core.field import option
 from core.masks import check_nm, check_sparsity, lowest_k_mask, nm_prune_mask, prune_count
 from core.methods import register
 from core.methods.linear import LinearwiseMethod, PrunedWeight, WeightJob
@@ -209,9 +210,20 @@ class SparseGPTOptions:
     selection: how a block's unstructured mask is chosen (MASK_SELECTIONS; the reference's
     "threshold" by default, "exact" for an exact count)."""
 
-    percdamp: float = 0.01
-    blocksize: int = 128
-    selection: str = "threshold"
+    percdamp: float = option(
+        0.01,
+        "Hessian damping",
+        "added to the diagonal as a fraction of its mean (reference 0.01)",
+        (0.0, 1.0),
+    )
+    blocksize: int = option(128, "Columns per update block", "lazy-update block width", (1, 8192))
+    selection: str = option(
+        "threshold",
+        "Mask selection",
+        "'threshold' as the reference; 'exact' for an exact count per block",
+        MASK_SELECTIONS,
+        expert=True,
+    )
 
     def __post_init__(self) -> None:
         check_sparsegpt_options(self.percdamp, self.blocksize, self.selection)

@@ -2,7 +2,8 @@
 
 Score S_ij = |W_ij| · ‖X_j‖₂ (paper Eq. 1), X_j being input feature j over all calibration
 tokens. Scores are compared within each output row and the lowest ⌊p·C_in⌋ are zeroed; the
-kept weights are not updated (papers.md §4).
+kept weights are not updated (papers.md §4). A mask outside a run is
+``core.masks.score_mask(wanda_scores(W, col_sq_norms), sparsity, scope, nm)``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import torch
 
 from core.errors import ConfigError
-from core.masks import score_mask
 from core.methods import register
 from core.methods.base import LinearStats
 from core.methods.linear import ScopedOptions, ScoreMethod
@@ -24,20 +24,6 @@ def wanda_scores(W: torch.Tensor, col_sq_norms: torch.Tensor) -> torch.Tensor:
     """
     norms = col_sq_norms.to(device=W.device, dtype=torch.float32).clamp_min(0.0).sqrt()
     return W.abs() * norms.unsqueeze(0)  # (out, in)
-
-
-def wanda_mask(
-    W: torch.Tensor,
-    col_sq_norms: torch.Tensor,
-    sparsity: float,
-    scope: str = "row",
-    nm: tuple[int, int] | None = None,
-) -> torch.Tensor:
-    """Prune mask from Wanda scores: per output row (the paper's choice), per matrix, or N:M.
-
-    W: (out, in). With ``nm`` the pattern alone decides and ``sparsity`` is ignored.
-    """
-    return score_mask(wanda_scores(W, col_sq_norms), sparsity, scope, nm)
 
 
 # Wanda's options are the scoped ones as they stand: "row", the paper's comparison group, by

@@ -13,17 +13,31 @@ from core.config import CalibConfig, EvalConfig, ModelSpec
 from core.data import calibration_windows, eval_windows, load_corpus
 from core.device import dtype_name, resolve_device, resolve_dtype
 from core.effdim import windows_needed
+from core.errors import ConfigError
 from core.models import LoadedModel, load_model
 
 _PRISTINE: dict[tuple, LoadedModel] = {}  # at most one entry: a new model evicts the old one
 _WINDOW_CACHE: dict[tuple, tuple[torch.Tensor, dict[str, Any]]] = {}
 
 
-def resolve_model_spec(spec: ModelSpec) -> ModelSpec:
-    """Replace 'auto' device/dtype by what they resolve to on this machine."""
-    device = resolve_device(spec.device)
-    dtype = resolve_dtype(spec.dtype, device)
-    return dataclasses.replace(spec, device=str(device), dtype=dtype_name(dtype))
+def resolve_model_spec(spec: ModelSpec, device: str | None = None) -> ModelSpec:
+    """Replace 'auto' device/dtype by what they resolve to.
+
+    device ('cpu' | 'cuda'): where remote workers run (a sweep on Ray), used for 'auto'
+    without requiring this (driver) machine to have it; None: resolve on this machine, which
+    checks that it has the device.
+    """
+    if device is None:
+        dev = resolve_device(spec.device)
+    else:
+        try:
+            dev = torch.device(device if spec.device == "auto" else spec.device)
+        except RuntimeError as exc:
+            raise ConfigError(
+                f"unknown device {spec.device!r} (use auto, cpu, cuda, cuda:N)"
+            ) from exc
+    dtype = resolve_dtype(spec.dtype, dev)
+    return dataclasses.replace(spec, device=str(dev), dtype=dtype_name(dtype))
 
 
 def _load(key: tuple) -> LoadedModel:

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from core.attention import rope_tables
 from core.errors import ConfigError, ModelLoadError
-from core.masks import check_sparsity, scope_dim, topk_prune_mask
+from core.masks import check_sparsity, scope_dim, score_mask, topk_prune_mask
 from core.methods import get_method, register
 from core.methods.attention_gd.bound import lipschitz_upper_bound, spectral_norms
 from core.methods.attention_gd.diagnostics import check_assumptions
@@ -38,8 +38,7 @@ from core.methods.attention_gd.options import (
 )
 from core.methods.base import LayerContext, LinearReport, Method
 from core.methods.linear import relative_reconstruction_error
-from core.methods.magnitude import magnitude_mask
-from core.methods.wanda import wanda_mask
+from core.methods.wanda import wanda_scores
 
 log = logging.getLogger(__name__)
 # Tables every attention-gd run writes (pages import these names).
@@ -237,8 +236,9 @@ class AttentionGD(Method):
         same scope), as counts and fractions of the GD keep mask."""
         rows = []
         for role in ("q", "k"):
-            mag = ~magnitude_mask(W[role], sparsity[role], self.options.scope)
-            wan = ~wanda_mask(W[role], col_sq.to(W[role]), sparsity[role], self.options.scope)
+            s, scope = sparsity[role], self.options.scope
+            mag = ~score_mask(W[role].abs(), s, scope)
+            wan = ~score_mask(wanda_scores(W[role], col_sq.to(W[role])), s, scope)
             kept = int(keep[role].sum())
             shared_m, shared_w = int((keep[role] & mag).sum()), int((keep[role] & wan).sum())
             rows.append({"layer": ctx.index, "role": role, "kept": kept,

@@ -18,10 +18,11 @@ import torch
 from torch import Tensor
 
 from core.errors import ConfigError
+from core.masks import score_mask
 from core.methods.attention_gd.diagnostics import Run
 from core.methods.attention_gd.objective import GroupProblem, HeadExtras, LossGrad
 from core.methods.attention_gd.options import DTYPES, INITS, AttentionGDOptions
-from core.methods.wanda import wanda_mask
+from core.methods.wanda import wanda_scores
 
 log = logging.getLogger(__name__)
 MAX_HALVINGS = 40  # step-size halvings before a step is given up as numerically converged
@@ -45,7 +46,7 @@ def initial_mask(
     if init == "wanda_mask":
         if col_sq_norms is None:
             raise ConfigError("init='wanda_mask' needs the input column norms")
-        return (~wanda_mask(W, col_sq_norms.to(W), sparsity, scope)).to(W.dtype)
+        return (~score_mask(wanda_scores(W, col_sq_norms.to(W)), sparsity, scope)).to(W.dtype)
     if init == "magnitude":
         S = W.abs()
     elif init == "wanda":

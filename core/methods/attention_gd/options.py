@@ -8,7 +8,9 @@ from dataclasses import dataclass
 import torch
 
 from core.errors import ConfigError
+from core.field import option
 from core.masks import SCOPES
+from core.methods.linear import scope_option
 
 STEP_RULES = ("auto", "backtracking", "fixed")
 INITS = ("ones", "magnitude", "wanda", "random", "wanda_mask")
@@ -58,26 +60,56 @@ class AttentionGDOptions:
     cap bound the cost, λ_rel = 1e-3 keeps the penalty below typical row errors.
     """
 
-    lam: float = 1e-3
-    lam_schedule: str = "constant"
-    steps: int = 20
-    tol: float = 1e-3
-    step: str = "auto"
-    eta: float | None = None
-    power_iters: int = 3
-    init: str = "wanda_mask"
-    binarize: str = "mask"
-    scope: str = "row"
-    rope: bool = True
-    causal: bool = True
-    clip: bool = False
-    max_seq: int = 8
-    max_len: int = 256
-    checks: str = "sample"
-    check_points: int = 4
-    dtype: str = "float32"
-    others: str = "none"
-    seed: int = 0
+    lam: float = option(
+        1e-3, "Mask penalty λ", "relative weight of ½λ‖M‖² (per attention row)", (0.0, 10.0)
+    )
+    lam_schedule: str = option(
+        "constant", "λ schedule", "'anneal': λ·10, λ, λ/10", LAM_SCHEDULES, expert=True
+    )
+    steps: int = option(20, "Gradient steps (at most)", "cap on GD steps per group", (1, 1000))
+    tol: float = option(
+        1e-3,
+        "Stop when the loss changes less than",
+        "relative, 0 = run every step",
+        (0.0, 1.0),
+        expert=True,
+    )
+    step: str = option("auto", "Step size rule", "'auto': 1/curvature", STEP_RULES, expert=True)
+    eta: float | None = option(
+        None, "Fixed or first step", "empty: from the curvature", (0.0, 1e6), expert=True
+    )
+    power_iters: int = option(
+        3, "Curvature probes", "Hessian-vector products", (1, 100), expert=True
+    )
+    init: str = option(
+        "wanda_mask", "Starting mask", "the mask GD refines ('wanda_mask': Wanda's)", INITS
+    )
+    binarize: str = option("mask", "Keep entries by", "M or |M∘W|", BINARIZE_RULES, expert=True)
+    scope: str = scope_option("row", expert=True)
+    rope: bool = option(
+        True, "Rotary positions before the product", "as the model computes it", expert=True
+    )
+    causal: bool = option(True, "Causal softmax", "as the model computes it", expert=True)
+    clip: bool = option(False, "Keep M in [0, 1]", "project after each step", expert=True)
+    max_seq: int = option(8, "Calibration sequences used", "the first ones (paper: 8)", (1, 1024))
+    max_len: int = option(256, "Tokens per sequence used", "a step costs O(tokens²)", (2, 8192))
+    checks: str = option(
+        "sample",
+        "Assumption checks",
+        "smoothness and PL judged on one GQA group per layer ('sample'), every group "
+        "('full', about twice the time) or none",
+        CHECKS,
+    )
+    check_points: int = option(
+        4, "Check points per group", "off-path points", (1, 100), expert=True
+    )
+    dtype: str = option(
+        "float32", "Precision of the descent", "float32 or float64", tuple(DTYPES), expert=True
+    )
+    others: str = option("none", "Prune V, O and the MLP with", "'none' keeps them dense", OTHERS)
+    seed: int = option(
+        0, "Seed of a random start", "used with the 'random' start", (0, 2**31 - 1), expert=True
+    )
 
     def __post_init__(self) -> None:
         def check(cond: bool, msg: str) -> None:

@@ -27,7 +27,7 @@ _FORMS = {
 
 def _check_norm(adapter: ModelAdapter, norm: nn.Module, eps: float, where: str):
     """(γ, β) (d,) of ``norm`` if it computes the family's form; ModelLoadError otherwise."""
-    d, kind = adapter.hidden_size, adapter.norm_kind
+    d, kind = adapter.hidden_size, adapter.layout.norm
     try:
         gamma, beta = adapter.norm_affine(norm)
     except AttributeError:  # no weight: not this family's norm

@@ -155,10 +155,6 @@ def as_adapter(model: Any) -> ModelAdapter:
     raise ConfigError(f"expected a model, ModelAdapter or LoadedModel, got {type(model).__name__}")
 
 
-def _n_layer_params(adapter: ModelAdapter) -> int:
-    return sum(p.numel() for p in adapter.layers.parameters())
-
-
 def is_sliced(model: nn.Module) -> bool:
     return isinstance(getattr(model, "slicing", None), SliceSpec)
 
@@ -192,7 +188,7 @@ def check_sliceable(adapter: ModelAdapter) -> None:
     why = family_refusal(adapter.traits(adapter.config))
     if why:
         raise ConfigError(f"slicegpt cannot slice {adapter.family} models: {why}")
-    children = adapter.layer_children
+    children = adapter.layout.children
     for i, layer in enumerate(adapter.layers):
         extra = sorted({n for n, _ in layer.named_children()} - children)
         if extra:

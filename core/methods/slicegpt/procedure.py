@@ -46,6 +46,7 @@ import torch
 
 from core.adapters import ModelAdapter
 from core.errors import ConfigError
+from core.field import option
 from core.layer_inputs import capture_layer_inputs
 from core.methods.slicegpt.folding import (
     center_embeddings,
@@ -57,18 +58,17 @@ from core.methods.slicegpt.folding import (
 from core.methods.slicegpt.modules import (
     SlicedDecoderLayer,
     SliceSpec,
-    _n_layer_params,
     as_adapter,
     check_sliceable,
 )
 from core.methods.slicegpt.rotation import (
-    _rotated_output,
     accumulate_gram,
     pca_basis,
     randomize_kept,
     rotate_embeddings,
     rotate_inputs,
     rotate_outputs,
+    rotated_output,
     sliced_width,
 )
 from core.offload import Offload
@@ -87,13 +87,33 @@ class SliceOptions:
     calibration sequences per forward; center_embeddings: subtract each embedding row's mean
     first, as the reference ``fuse_modules`` does (changes an RMSNorm model's function)."""
 
-    round_to: int = 8
-    damp: float = 0.01
-    slice_head: bool = False
-    orientation: str = "pca"
-    seed: int = 42
-    batch_size: int = 8
-    center_embeddings: bool = False
+    round_to: int = option(
+        8, "Round d′ to a multiple of", "kept width rounding (reference 8)", (1, 512)
+    )
+    damp: float = option(
+        0.01, "PCA damping", "fraction of the covariance's mean diagonal", (0.0, 1.0)
+    )
+    slice_head: bool = option(
+        False, "Slice the output head too", "the final norm and LM head input"
+    )
+    orientation: str = option(
+        "pca",
+        "Kept directions",
+        "'pca': the principal directions; 'random': a seeded random basis (a control)",
+        ORIENTATIONS,
+    )
+    seed: int = option(
+        42, "Seed of the random basis", "used with 'random' directions", (0, 2**31 - 1), expert=True
+    )
+    batch_size: int = option(
+        8, "Sequences per forward", "calibration batch", (1, 1024), expert=True
+    )
+    center_embeddings: bool = option(
+        False,
+        "Center the embeddings first",
+        "as the reference does (changes an RMSNorm model's function)",
+        expert=True,
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.center_embeddings, bool):
@@ -227,7 +247,7 @@ def _slice_layer(
     # Mid boundary. With o_proj writing in the full Q_in basis, the residual there is
     # [x, 0] + attn: no (T, d_in)·(d_in, d) product to map x back. Its PCA V (in Q_in
     # coordinates) gives Q_mid = Q_in·V; the eigenvalues are those of the unrotated residual.
-    with _rotated_output(writer, Q_in):
+    with rotated_output(writer, Q_in):
         mids = []  # (B, L, d)
         for x, kw in zip(hidden, kwargs, strict=True):
             r = new.attention_branch(x, **kw)
@@ -243,7 +263,7 @@ def _slice_layer(
     del mids
 
     # Out boundary, the same way in Q_mid coordinates.
-    with _rotated_output(mlp_writer, Q_mid):
+    with rotated_output(mlp_writer, Q_mid):
         outs = []  # (B, L, d)
         for h in hidden:
             r = new.mlp_branch(h)
@@ -259,6 +279,10 @@ def _slice_layer(
     new.attn_shortcut.copy_(V[:d_in, :d_mid])
     new.mlp_shortcut.copy_(V_out[:d_mid, :d_out])
     return new, hidden, Q_out
+
+
+def _n_layer_params(adapter: ModelAdapter) -> int:
+    return sum(p.numel() for p in adapter.layers.parameters())
 
 
 @torch.no_grad()
@@ -290,14 +314,14 @@ def slice_model(
     n_dense, n_layers_dense = adapter.n_params(), _n_layer_params(adapter)
 
     untie_head(adapter)
-    if adapter.norm_kind == "layernorm":
+    if adapter.layout.norm == "layernorm":
         if offload.streamed:  # centring edits every layer before layer 0's inputs exist
             raise ConfigError(f"slicegpt on {adapter.family} (LayerNorm) cannot be streamed")
         center_stream(adapter)  # LayerNorm -> N(x) needs a mean-free residual stream
     tables = [t for t in (adapter.embed_tokens, adapter.position_table) if t is not None]
     for table in tables:
         offload.fetch(table)
-    if options.center_embeddings and adapter.norm_kind != "layernorm":
+    if options.center_embeddings and adapter.layout.norm != "layernorm":
         center_embeddings(adapter.embed_tokens)
     inputs = capture_layer_inputs(adapter, calib_ids, device, options.batch_size, offload=offload)
     bounds = _Boundaries(options, device)

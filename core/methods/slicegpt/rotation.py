@@ -114,7 +114,7 @@ def rotate_embeddings(embed: nn.Embedding, Q: torch.Tensor, width: int) -> None:
 
 
 @contextmanager
-def _rotated_output(lin: nn.Linear, Q: torch.Tensor) -> Iterator[None]:
+def rotated_output(lin: nn.Linear, Q: torch.Tensor) -> Iterator[None]:
     """Let ``lin`` write in the full basis Q for a while, then restore its weights."""
     weight, bias = lin.weight, lin.bias
     rotate_outputs(lin, Q, Q.shape[1])
