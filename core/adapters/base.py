@@ -9,7 +9,8 @@ Methods, the runner, SliceGPT and the evaluations reach a model only through the
 - attention: ``qk_gains`` (q/k norms as effective gains), q/k biases (on the linears),
   ``attention_scale``, ``layer_kind`` (full or sliding-window attention, per layer);
 - SliceGPT: ``attn_norm`` / ``mlp_norm`` / ``final_norm`` and ``norm_affine`` (the γ, β a
-  norm applies, to fold), ``attn_readers`` / ``attn_writer`` / ``mlp_readers`` /
+  norm applies, to fold), ``post_norms`` (norms on the block outputs before the residual add,
+  Gemma-3), ``attn_readers`` / ``attn_writer`` / ``mlp_readers`` /
   ``mlp_writer`` (the physical linears around each block), ``attention_block`` /
   ``mlp_block`` (callable blocks), ``layer_children`` (what a plain layer contains);
 - geometry (``shape``) and ``traits``, both read from the config alone, so run planning can
@@ -67,6 +68,8 @@ class ModelAdapter:
     }
     attn_norm_path: ClassVar[str] = "input_layernorm"
     mlp_norm_path: ClassVar[str] = "post_attention_layernorm"
+    # norms on the attention and MLP outputs before the residual add (Gemma-3), if any
+    post_norm_paths: ClassVar[tuple[str, str] | None] = None
     # children of a plain pre-norm layer; anything else is computation SliceGPT would drop
     layer_children: ClassVar[frozenset[str]] = frozenset(
         {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
@@ -275,6 +278,11 @@ class ModelAdapter:
 
     def mlp_norm(self, layer: nn.Module) -> nn.Module:
         return _get(layer, self.mlp_norm_path)
+
+    def post_norms(self, layer: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
+        """The norms on the attention and the MLP output before the residual add (None: none)."""
+        paths = self.post_norm_paths
+        return (None, None) if paths is None else (_get(layer, paths[0]), _get(layer, paths[1]))
 
     def set_norms(self, layer: nn.Module, attn: nn.Module, mlp: nn.Module) -> None:
         """Replace the norms before the attention and the MLP (SliceGPT's folded norms)."""

@@ -26,7 +26,13 @@ class Gemma3Adapter(ModelAdapter):
 
     family: ClassVar[str] = "gemma3"
     model_types: ClassVar[tuple[str, ...]] = ("gemma3_text",)
-    mlp_norm_path: ClassVar[str] = "pre_feedforward_layernorm"
+    # A sliced layer (core.methods.slicegpt) names its MLP norm as the Llama layout does and
+    # keeps the post norms in its writers ``attn_post`` / ``mlp_post``: the paths accept both.
+    mlp_norm_path: ClassVar[str] = "pre_feedforward_layernorm|post_attention_layernorm"
+    post_norm_paths: ClassVar[tuple[str, str] | None] = (
+        "attn_post.norm|post_attention_layernorm",
+        "mlp_post.norm|post_feedforward_layernorm",
+    )
     layer_children: ClassVar[frozenset[str]] = frozenset(
         {
             "self_attn",
