@@ -27,6 +27,8 @@ from core.methods.attention_gd import (
     to_heads,
 )
 from core.methods.slicegpt import load_sliced, save_sliced, slice_model
+from core.methods.slicegpt.modules import PostNormWriter
+from core.methods.slicegpt.rotation import rotate_outputs
 from core.models import build_tiny_model, byte_tokenizer, load_model, tiny_config
 from core.runner import run_method
 from core.runs.plan import plan_prune
@@ -152,6 +154,20 @@ def test_gemma3_slices_through_its_post_norms():
     assert report.n_params_sliced == ad.n_params() and report.n_params_dense == dense_params
     nll = torch.nn.functional.cross_entropy(out[:, :-1].flatten(0, 1), x[:, 1:].flatten())
     assert torch.isfinite(nll) and nll.item() < 2 * torch.log(torch.tensor(260.0)).item()
+
+
+def test_post_norm_writer_is_the_rotated_normed_output():
+    """On hand-sized tensors: after ``rotate_outputs`` the writer of a post-block norm with
+    gain γ computes (γ ⊙ o / rms(o))·Q·D, the normed block output in the sliced basis, and
+    the norm itself keeps no weight."""
+    gamma = torch.tensor([1.5, 0.5, 2.0, 1.0])
+    o = torch.tensor([[1.0, -2.0, 0.5, 3.0], [0.0, 1.0, -1.0, 2.0]])
+    Q, _ = torch.linalg.qr(torch.tensor([[2.0, 1, 0, 1], [1, 3, 1, 0], [0, 1, 4, 1], [1, 0, 1, 5]]))
+    writer = PostNormWriter(4, 1e-6, torch.diag(gamma))
+    rotate_outputs(writer.proj, Q.double(), 3)
+    want = (gamma * o / (o.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()) @ Q[:, :3]
+    torch.testing.assert_close(writer(o), want, rtol=0, atol=1e-6)
+    assert [n for n, _ in writer.named_parameters()] == ["proj.weight"]
 
 
 def test_gemma3_q_k_norms_see_the_dense_inputs_at_s0():
