@@ -58,7 +58,7 @@ def run_model(args, name: str, store) -> dict:
 
     try:
         sweep = run_sweep(model, grid, wiki, evalc, store, seeds=seeds)
-    except ConfigError as exc:  # a family SliceGPT refuses (Gemma-3: norms after each block)
+    except ConfigError as exc:  # a family SliceGPT refuses (post-LN, projected embeddings)
         print(f"model {name}: the SliceGPT sweep is refused: {exc}")
         table, m, ids, points = None, None, [], []
     else:

@@ -6,6 +6,7 @@ family a method cannot serve is refused at planning, before any weight is loaded
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -26,6 +27,8 @@ from core.methods.attention_gd import (
     to_heads,
 )
 from core.methods.slicegpt import load_sliced, save_sliced, slice_model
+from core.methods.slicegpt.modules import PostNormWriter
+from core.methods.slicegpt.rotation import rotate_outputs
 from core.models import build_tiny_model, byte_tokenizer, load_model, tiny_config
 from core.runner import run_method
 from core.runs.plan import plan_prune
@@ -40,7 +43,7 @@ FAMILY_MODELS = [
     "tiny-phi3",
     "tiny-opt",
 ]
-SLICEABLE = [m for m in FAMILY_MODELS if m != "tiny-gemma3"]
+SLICEABLE = FAMILY_MODELS  # Gemma-3 through its post-norm writers (PostNormWriter)
 L = 32  # longer than the 16-token sliding windows of tiny-mistral / tiny-gemma3
 
 
@@ -118,10 +121,87 @@ def test_sliced_model_save_reload_keeps_the_logits(name, tmp_path):
     torch.testing.assert_close(logits(again, x), before, rtol=0, atol=1e-5)
 
 
-def test_gemma3_is_refused_by_slicegpt_with_the_reason():
-    model, _ = randomized("tiny-gemma3")
-    with pytest.raises(ConfigError, match="post-attention and post-feedforward norms"):
-        slice_model(model, ids(), 0.25)
+def test_gemma3_slices_through_its_post_norms():
+    """Gemma-3's post-attention / post-feedforward norms read o_proj / down_proj outputs in
+    the original basis (d wide); a PostNormWriter (d′, d) carries them into the sliced stream.
+    The residual is d′ wide, the q/k norms are left as they were, the extra matrices are
+    counted, and the perplexity is finite."""
+    model, ad = randomized("tiny-gemma3")
+    d, n = ad.hidden_size, ad.n_layers
+    qk = [[t.detach().clone() for t in ad.qk_gains(layer)[:2]] for layer in ad.layers]
+    dense_params = ad.n_params()
+    report = slice_model(model, ids(), 0.25)
+    dp = report.d_sliced
+    assert (d, dp) == (64, 48) and model.slicing.post_norms
+    widths = []
+    hooks = [layer.register_forward_hook(lambda _m, _a, out: widths.append(out.shape[-1]))
+             for layer in ad.layers]  # fmt: skip
+    x = ids(2, seed=5)
+    out = logits(model, x)
+    for h in hooks:
+        h.remove()
+    assert widths == [dp] * (n - 1) + [d]  # the head is not sliced: the last layer writes d
+    for i, layer in enumerate(ad.layers):
+        assert ad.attn_writer(layer).out_features == d and ad.mlp_writer(layer).out_features == d
+        assert layer.attn_post.proj.weight.shape == (dp, d)
+        assert layer.mlp_post.proj.weight.shape == ((dp if i < n - 1 else d), d)
+        assert not list(layer.attn_post.norm.parameters())  # (1 + w) moved into proj
+        for before, after in zip(qk[i], ad.qk_gains(layer)[:2], strict=True):
+            assert torch.equal(before, after)
+    posts = sum(p.numel() for layer in ad.layers for m in (layer.attn_post, layer.mlp_post)
+                for p in m.parameters())  # fmt: skip
+    assert posts == dp * d * (2 * n - 1) + d * d
+    assert report.n_params_sliced == ad.n_params() and report.n_params_dense == dense_params
+    nll = torch.nn.functional.cross_entropy(out[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+    assert torch.isfinite(nll) and nll.item() < 2 * torch.log(torch.tensor(260.0)).item()
+
+
+def test_post_norm_writer_is_the_rotated_normed_output():
+    """On hand-sized tensors: after ``rotate_outputs`` the writer of a post-block norm with
+    gain γ computes (γ ⊙ o / rms(o))·Q·D, the normed block output in the sliced basis, and
+    the norm itself keeps no weight."""
+    gamma = torch.tensor([1.5, 0.5, 2.0, 1.0])
+    o = torch.tensor([[1.0, -2.0, 0.5, 3.0], [0.0, 1.0, -1.0, 2.0]])
+    Q, _ = torch.linalg.qr(torch.tensor([[2.0, 1, 0, 1], [1, 3, 1, 0], [0, 1, 4, 1], [1, 0, 1, 5]]))
+    writer = PostNormWriter(4, 1e-6, torch.diag(gamma))
+    rotate_outputs(writer.proj, Q.double(), 3)
+    want = (gamma * o / (o.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()) @ Q[:, :3]
+    torch.testing.assert_close(writer(o), want, rtol=0, atol=1e-6)
+    assert [n for n, _ in writer.named_parameters()] == ["proj.weight"]
+
+
+def test_gemma3_q_k_norms_see_the_dense_inputs_at_s0():
+    """q_norm / k_norm act on head dims after q_proj / k_proj: at s = 0 they receive exactly
+    the dense model's inputs, whatever rotation the residual stream went through."""
+    model, ad = randomized("tiny-gemma3")
+    x = ids(2, seed=5)
+
+    def qk_inputs() -> list[torch.Tensor]:
+        seen: list[torch.Tensor] = []
+        hooks = [norm.register_forward_pre_hook(lambda _m, a: seen.append(a[0].clone()))
+                 for layer in ad.layers for norm in ad.qk_norms(layer)]  # fmt: skip
+        logits(model, x)
+        for h in hooks:
+            h.remove()
+        return seen
+
+    dense = qk_inputs()
+    slice_model(model, ids(), 0.0)
+    sliced = qk_inputs()
+    assert len(dense) == len(sliced) == 2 * ad.n_layers
+    assert max((a - b).abs().max().item() for a, b in zip(dense, sliced, strict=True)) <= 1e-4
+
+
+def test_a_sliced_file_of_another_family_is_refused(tmp_path):
+    """slicing.json's post_norms must match the family: a Llama folder claiming post-norm
+    writers is refused with the reason, not loaded with wrong shapes."""
+    model, _ = randomized("tiny-llama")
+    slice_model(model, ids(), 0.25)
+    save_sliced(model, tmp_path)
+    spec = json.loads((tmp_path / "slicing.json").read_text())
+    (tmp_path / "slicing.json").write_text(json.dumps({**spec, "post_norms": True}))
+    with pytest.raises(ModelLoadError, match="post_norms=True but llama models lack"):
+        load_sliced(tmp_path)
 
 
 # ---- Wanda / SparseGPT masks ---------------------------------------------------------------------
@@ -257,8 +337,7 @@ def plan(name: str, method: str, targets: str = "all", seqlen: int = 16, **optio
 
 
 def test_planning_refuses_what_a_family_cannot_run():
-    with pytest.raises(ConfigError, match="slicegpt cannot prune this gemma3 model: its post-"):
-        plan("tiny-gemma3", "slicegpt")
+    assert plan("tiny-gemma3", "slicegpt").prune.method == "slicegpt"  # post-norm writers
     with pytest.raises(ConfigError, match="sliding-window layers attend to the last 16 tokens"):
         plan("tiny-gemma3", "attention-gd", "qk", seqlen=32)
     plan("tiny-gemma3", "attention-gd", "qk", seqlen=16)  # inside the window: covered
@@ -266,6 +345,18 @@ def test_planning_refuses_what_a_family_cannot_run():
     with pytest.raises(ConfigError, match="opt models have no gate projection"):
         plan("tiny-opt", "wanda", "gate,up")
     assert plan("tiny-opt", "wanda", "mlp").prune.targets == "mlp"
+
+
+def test_slicegpt_still_refuses_what_it_cannot_rotate():
+    """Post-LN (OPT-350m: the norm sits on the stream after the add) and projected
+    embeddings stay refused; pre-norm families with or without post-block norms slice."""
+    slicegpt = make_method("slicegpt", {})
+    post_ln = Geometry.from_config(tiny_config("tiny-opt", do_layer_norm_before=False))
+    assert "post-LN" in slicegpt.refusal(post_ln)
+    proj = Geometry.from_config(tiny_config("tiny-opt", word_embed_proj_dim=32))
+    assert "projected" in slicegpt.refusal(proj)
+    for name in ("tiny-gemma3", "tiny-opt", "tiny-llama"):
+        assert slicegpt.refusal(Geometry.from_config(tiny_config(name))) is None
 
 
 def test_attention_gd_refuses_a_scale_it_does_not_model():
@@ -278,7 +369,7 @@ def test_attention_gd_refuses_a_scale_it_does_not_model():
 
 @pytest.mark.parametrize(
     ("method", "extra"),
-    [("slicegpt", []), ("attention-gd", ["--targets", "qk", "--calib-seqlen", "32"])],
+    [("attention-gd", ["--targets", "qk", "--calib-seqlen", "32"])],
 )
 def test_a_refused_run_stores_nothing(method, extra, tmp_path, capsys):
     """Issue #13: a model whose attention the objective does not cover (here: 32-token
@@ -296,7 +387,5 @@ def test_methods_listing_covers_every_family():
     assert list(rows) == [cls.family for cls in FAMILIES]
     for family, row in rows.items():
         for method, m in row["methods"].items():
-            refused = (family, method) == ("gemma3", "slicegpt")
-            assert m["supported"] is not refused, (family, method)
-            assert bool(m["refusal"]) is refused
+            assert m["supported"] and not m["refusal"], (family, method)  # none refused
     assert "sliding-window" in rows["gemma3"]["methods"]["attention-gd"]["condition"]

@@ -233,6 +233,27 @@ def test_every_family_streams_like_in_memory_one_layer_at_a_time(tmp_path, name)
     assert pruned.window_nll == evaluate_perplexity(lm.model, win, 4).window_nll
 
 
+def test_streamed_slicegpt_on_gemma3_matches_in_memory_and_reloads(tmp_path):
+    """Gemma-3's post-norm writers (d′ × d, beside the layer's own linears) are written with
+    their layer and rebuilt by the skeleton and by load_sliced: one layer at a time, the
+    in-memory perplexity."""
+    model = build_tiny_model("tiny-gemma3").eval()
+    model.save_pretrained(tmp_path / "src")
+    lm = LoadedModel(model, None, adapter_for(model), "tiny-gemma3", "tiny")
+    apply_prune(lm, CONFIGS["slicegpt"], _ids(4), CPU)
+    run = prune_streamed(tmp_path / "src", tmp_path / "s", CONFIGS["slicegpt"], _ids(4), **EAGER)
+    assert run.result.d_sliced == lm.model.slicing.widths[0][0] == 48
+    win = _ids(3, seed=1)
+    ref = evaluate_perplexity(lm.model, win, 4)
+    streamed, peak = perplexity_streamed(run.folder, win, 4, **EAGER)
+    assert streamed.window_nll == pytest.approx(ref.window_nll, rel=1e-6)
+    assert peak <= max(_unit_sizes(lm.model).values())
+    reloaded = load_sliced(run.folder, attn_implementation="eager")
+    assert evaluate_perplexity(reloaded, win, 4).window_nll == pytest.approx(
+        ref.window_nll, rel=1e-6
+    )
+
+
 def test_streamed_slicegpt_on_a_layernorm_family_is_refused_before_any_output(tmp_path):
     """OPT's SliceGPT centres every layer's writer before slicing starts: not streamable.
     Refused from the config alone (negative control: Llama-shaped families slice, above)."""

@@ -9,7 +9,8 @@ Methods, the runner, SliceGPT and the evaluations reach a model only through the
 - attention: ``qk_gains`` (q/k norms as effective gains), q/k biases (on the linears),
   ``attention_scale``, ``layer_kind`` (full or sliding-window attention, per layer);
 - SliceGPT: ``attn_norm`` / ``mlp_norm`` / ``final_norm`` and ``norm_affine`` (the γ, β a
-  norm applies, to fold), ``attn_readers`` / ``attn_writer`` / ``mlp_readers`` /
+  norm applies, to fold), ``post_norms`` (norms on the block outputs before the residual add,
+  Gemma-3), ``attn_readers`` / ``attn_writer`` / ``mlp_readers`` /
   ``mlp_writer`` (the physical linears around each block), ``attention_block`` /
   ``mlp_block`` (callable blocks), ``layout.children`` (what a plain layer contains);
 - geometry (``shape``) and ``traits``, both read from the config alone, so run planning can
@@ -258,6 +259,11 @@ class ModelAdapter:
 
     def mlp_norm(self, layer: nn.Module) -> nn.Module:
         return _get(layer, self.layout.mlp_norm)
+
+    def post_norms(self, layer: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
+        """The norms on the attention and the MLP output before the residual add (None: none)."""
+        paths = self.layout.post_norms
+        return (None, None) if paths is None else (_get(layer, paths[0]), _get(layer, paths[1]))
 
     def set_norms(self, layer: nn.Module, attn: nn.Module, mlp: nn.Module) -> None:
         """Replace the norms before the attention and the MLP (SliceGPT's folded norms)."""

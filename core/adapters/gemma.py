@@ -30,7 +30,13 @@ class Gemma3Adapter(ModelAdapter):
     # a "post" norm on each block's output, and the MLP's input norm named "pre_feedforward"
     layout: ClassVar[Layout] = replace(
         LLAMA,
-        mlp_norm="pre_feedforward_layernorm",
+        # a sliced layer (core.methods.slicegpt) names its MLP norm as Llama's does and keeps
+        # the post norms in its writers ``attn_post`` / ``mlp_post``: the paths accept both
+        mlp_norm="pre_feedforward_layernorm|post_attention_layernorm",
+        post_norms=(
+            "attn_post.norm|post_attention_layernorm",
+            "mlp_post.norm|post_feedforward_layernorm",
+        ),
         children=LLAMA.children | {"pre_feedforward_layernorm", "post_feedforward_layernorm"},
         norm="rms_1p",
         fixed={"post_norms": True, "qk_norm": True},

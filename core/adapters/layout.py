@@ -20,7 +20,8 @@ class Layout:
     is computation SliceGPT would drop); roles: the linears a layer has (``ROLES`` names, in
     that order); attn_norm / mlp_norm: the norms before the attention and the MLP; final_norm:
     the norm after the last layer, an attribute of the layer stack; norm: the norm kind
-    (``traits.NORM_KINDS``); fixed: traits every model of the family has, whatever its config
+    (``traits.NORM_KINDS``); post_norms: the norms on the attention and the MLP output
+    before the residual add (Gemma-3), None where there are none; fixed: traits every model of the family has, whatever its config
     says, as ``Traits`` field -> value (Qwen2: q/k/v biases).
     """
 
@@ -31,6 +32,7 @@ class Layout:
     mlp_norm: str = "post_attention_layernorm"
     final_norm: str = "norm"
     norm: str = "rms"
+    post_norms: tuple[str, str] | None = None
     fixed: Mapping[str, Any] = field(default_factory=dict)
 
 

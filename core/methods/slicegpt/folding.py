@@ -16,7 +16,7 @@ from torch import nn
 
 from core.adapters import ModelAdapter
 from core.errors import ModelLoadError
-from core.methods.slicegpt.modules import FoldedRMSNorm, as_adapter, map_rows
+from core.methods.slicegpt.modules import FoldedRMSNorm, PostNormWriter, as_adapter, map_rows
 
 _FORMS = {
     "rms": "γ·x/√(mean(x²)+ε)",
@@ -104,6 +104,34 @@ def fold_layer_norms(adapter: ModelAdapter, index: int) -> None:
         for lin in readers:
             _fold_into(lin, gamma, beta)
     adapter.set_norms(layer, FoldedRMSNorm(d, eps), FoldedRMSNorm(d, eps))
+
+
+def fold_post_norms(
+    adapter: ModelAdapter, index: int
+) -> tuple[PostNormWriter | None, PostNormWriter | None]:
+    """Decoder layer ``index``'s post-attention and post-MLP norms (``adapter.post_norms``)
+    as ``PostNormWriter``s N(o)·diag(γ) with ``proj`` = diag(γ) (d, d), in the output writer's
+    dtype and device; None where the family has no such norm. The slicing procedure then
+    rotates ``proj``'s outputs into the residual basis (``rotate_outputs``), as it would
+    o_proj's / down_proj's: P = Dᵀ·Qᵀ·diag(γ). Function preserving until then."""
+    d, eps = adapter.hidden_size, adapter.rms_eps
+    layer = adapter.layers[index]
+    out = []
+    for where, norm, writer in zip(
+        ("post-attention", "post-MLP"),
+        adapter.post_norms(layer),
+        (adapter.attn_writer(layer), adapter.mlp_writer(layer)),
+        strict=True,
+    ):
+        if norm is None:
+            out.append(None)
+            continue
+        gamma, beta = _check_norm(adapter, norm, eps, f"layer {index} {where} norm")
+        if beta is not None and bool(beta.abs().max() > 0):
+            raise ModelLoadError(f"layer {index} {where} norm has a bias; only RMSNorm folds")
+        W = writer.weight
+        out.append(PostNormWriter(d, eps, torch.diag(gamma).to(W.device, W.dtype)))
+    return out[0], out[1]
 
 
 def fold_final_norm(adapter: ModelAdapter) -> float:

@@ -18,6 +18,7 @@ from core.methods.slicegpt.modules import (
     SLICING_FILE,
     WEIGHTS_FILE,
     FoldedRMSNorm,
+    PostNormWriter,
     SlicedDecoderLayer,
     SliceSpec,
     as_adapter,
@@ -38,6 +39,11 @@ def apply_structure(model: nn.Module, spec: SliceSpec) -> None:
             f"{SLICING_FILE} describes d={spec.hidden_size} with {len(spec.widths)} layers but the "
             f"config has d={adapter.hidden_size} with {adapter.n_layers}"
         )
+    if spec.post_norms != adapter.traits(adapter.config).post_norms:
+        raise ModelLoadError(
+            f"{SLICING_FILE} says post_norms={spec.post_norms} but {adapter.family} models "
+            f"{'have' if not spec.post_norms else 'lack'} post-block norms"
+        )
     untie_head(adapter)
     embed = adapter.embed_tokens
     dtype = embed.weight.dtype
@@ -51,21 +57,29 @@ def apply_structure(model: nn.Module, spec: SliceSpec) -> None:
     for table in (embed, adapter.position_table):
         if table is not None:
             set_embedding(table, empty(table.num_embeddings, spec.widths[0][0]))
+    d = spec.hidden_size
     for i, (d_in, d_mid, d_out) in enumerate(spec.widths):
         layer = adapter.layers[i]
         for lin in adapter.attn_readers(layer):
             reshape(lin, lin.out_features, d_in)
-        reshape(adapter.attn_writer(layer), d_mid, adapter.attn_writer(layer).in_features)
         for lin in adapter.mlp_readers(layer):
             reshape(lin, lin.out_features, d_mid)
-        reshape(adapter.mlp_writer(layer), d_out, adapter.mlp_writer(layer).in_features)
+        posts = [None, None]  # post-block norms: the writers keep d outputs, P writes d′
+        for k, (writer, width) in enumerate(
+            ((adapter.attn_writer(layer), d_mid), (adapter.mlp_writer(layer), d_out))
+        ):
+            if spec.post_norms:
+                posts[k] = PostNormWriter(d, spec.eps, empty(width, d))
+            else:
+                reshape(writer, width, writer.in_features)
         adapter.layers[i] = SlicedDecoderLayer(
             adapter.attention_block(layer),
             adapter.mlp_block(layer),
-            FoldedRMSNorm(spec.hidden_size, spec.eps),
-            FoldedRMSNorm(spec.hidden_size, spec.eps),
+            FoldedRMSNorm(d, spec.eps),
+            FoldedRMSNorm(d, spec.eps),
             empty(d_in, d_mid),
             empty(d_mid, d_out),
+            *posts,
         )
     adapter.set_final_norm(FoldedRMSNorm(spec.hidden_size, spec.eps))
     head = adapter.lm_head

@@ -42,13 +42,35 @@ class FoldedRMSNorm(nn.Module):
         return f"mean over d={self.d}, eps={self.eps}"
 
 
+class PostNormWriter(nn.Module):
+    """A post-block norm followed by the linear that writes into the sliced residual stream.
+
+    This project's extension of SliceGPT to post-norm blocks (Gemma-3): the norm sees the
+    block output o (..., d) in the original basis, so o_proj / down_proj keep their d outputs,
+    the norm becomes a bare N(o) over d, and ``proj`` (d′, d) = Dᵀ·Qᵀ·diag(γ) carries its γ and
+    the residual basis's sliced rotation: the block adds N(o)·diag(γ)·Q·D to the stream.
+    Exact at s = 0; the sliced model keeps these extra d′×d matrices (counted in n_params).
+    """
+
+    def __init__(self, d: int, eps: float, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.norm = FoldedRMSNorm(d, eps)
+        self.proj = nn.Linear(d, weight.shape[0], bias=False, device="meta")
+        self.proj.weight = nn.Parameter(weight, requires_grad=False)  # (d_out, d)
+
+    def forward(self, o: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.norm(o))
+
+
 class SlicedDecoderLayer(nn.Module):
     """A pre-norm decoder layer with shortcut matrices on the residual (SliceGPT Fig. 4).
 
     h = x·S_attn + Attn(N(x));  y = h·S_mlp + MLP(N(h)).
     x: (B, L, d_in), h: (B, L, d_mid), y: (B, L, d_out); S_attn (d_in, d_mid), S_mlp
     (d_mid, d_out). ``self_attn`` and ``mlp`` are the model's own modules, so the HF model's
-    layer loop, KV cache and the ModelAdapter work unchanged.
+    layer loop, KV cache and the ModelAdapter work unchanged. With post-block norms (Gemma-3)
+    each block's output passes its ``PostNormWriter`` before the add: h = x·S_attn +
+    P_attn(Attn(N(x))), and likewise for the MLP.
     """
 
     def __init__(
@@ -59,6 +81,8 @@ class SlicedDecoderLayer(nn.Module):
         post_attention_layernorm: nn.Module,
         attn_shortcut: torch.Tensor,
         mlp_shortcut: torch.Tensor,
+        attn_post: PostNormWriter | None = None,
+        mlp_post: PostNormWriter | None = None,
     ) -> None:
         super().__init__()
         self.self_attn = self_attn
@@ -68,13 +92,18 @@ class SlicedDecoderLayer(nn.Module):
         # Weights in their own right (counted in n_params, saved), never trained here.
         self.attn_shortcut = nn.Parameter(attn_shortcut, requires_grad=False)
         self.mlp_shortcut = nn.Parameter(mlp_shortcut, requires_grad=False)
+        self.attn_post, self.mlp_post = attn_post, mlp_post  # None: no submodule, no weights
 
     def attention_branch(self, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """What the attention block adds to the residual stream."""
         out = self.self_attn(hidden_states=self.input_layernorm(x), **kwargs)
-        return out[0] if isinstance(out, tuple) else out
+        out = out[0] if isinstance(out, tuple) else out
+        return out if self.attn_post is None else self.attn_post(out)
 
     def mlp_branch(self, h: torch.Tensor) -> torch.Tensor:
-        return self.mlp(self.post_attention_layernorm(h))
+        """What the MLP block adds to the residual stream."""
+        out = self.mlp(self.post_attention_layernorm(h))
+        return out if self.mlp_post is None else self.mlp_post(out)
 
     def forward(self, hidden_states: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         h = hidden_states @ self.attn_shortcut + self.attention_branch(hidden_states, **kwargs)
@@ -96,6 +125,7 @@ class SliceSpec:
     sparsity: float
     options: dict[str, Any] = field(default_factory=dict)
     head_bias: bool = False  # the final norm's β folded into a head bias (LayerNorm models)
+    post_norms: bool = False  # each block writes through a PostNormWriter (Gemma-3)
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT_VERSION, "method": "slicegpt", **asdict(self)}
@@ -111,6 +141,7 @@ class SliceSpec:
             sparsity=float(data["sparsity"]),
             options=dict(data.get("options", {})),
             head_bias=bool(data.get("head_bias", False)),
+            post_norms=bool(data.get("post_norms", False)),
         )
 
 
@@ -164,17 +195,15 @@ def family_refusal(traits: Traits) -> str | None:
 
     Slicing needs computational invariance (papers.md §6): every norm on the residual stream
     must read it directly and pass an orthogonal Q through once its affine part is folded.
+    Post-block norms (Gemma-3) read the block output, not the stream: they stay in the
+    original basis and write through a ``PostNormWriter`` (this project's extension).
     """
     if not traits.pre_norm:
         return ("its layers normalise the residual stream after the add (post-LN), so the "
                 "stream itself is not rotation-invariant")  # fmt: skip
-    if traits.post_norms:
-        return ("its post-attention and post-feedforward norms normalise each block's output "
-                "before the residual add, in the unrotated basis: no orthogonal Q passes "
-                "through them, so the residual stream cannot be rotated and sliced")  # fmt: skip
     if traits.embed_proj:
         return "its embeddings are projected in and out of a different width"
-    if traits.norm not in ("rms", "layernorm"):
+    if traits.norm not in ("rms", "rms_1p", "layernorm"):
         return f"its {traits.norm} norms have no fold here"
     return None
 

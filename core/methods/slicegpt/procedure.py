@@ -25,6 +25,14 @@ the steps are, through the family's adapter (core/adapters):
    W ← Dᵀ·Q_outᵀ·W (and the bias alike); embeddings E ← E·Q·D; the residual of each block is
    carried across by the shortcut matrices Dᵀ·Q_inᵀ·Q_mid·D and Dᵀ·Q_midᵀ·Q_out·D.
    The head is not sliced unless asked (the last block then writes full width d).
+4. **Post-block norms** (Gemma-3; this project's extension of SliceGPT, not in the paper).
+   A norm on a block's output o before the residual add sees o in the original basis, where
+   no Q passes through it. o_proj / down_proj keep their d outputs, the norm stays a bare
+   N(o) over d, and one linear P = Dᵀ·Qᵀ·diag(γ) (d′, d) after it (``PostNormWriter``, γ
+   of the norm folded in, (1 + w) for Gemma) writes into the rotated, sliced stream; P plays
+   the writer's part in step 3. Exact at s = 0; the sliced model keeps the two d′×d matrices
+   per layer, counted in its parameters (a cost the paper's pre-norm models do not pay).
+   Gemma's q/k norms act on head dims after q/k_proj, untouched by the residual rotation.
 
 d′ = int((1−s)·d) rounded down to a multiple of 8 (``sliced_width``); s_eff = 1 − d′/d.
 
@@ -53,6 +61,7 @@ from core.methods.slicegpt.folding import (
     center_stream,
     fold_final_norm,
     fold_layer_norms,
+    fold_post_norms,
     untie_head,
 )
 from core.methods.slicegpt.modules import (
@@ -136,8 +145,9 @@ class SliceOptions:
 class SliceReport:
     """What ``slice_model`` did.
 
-    n_params_*: every parameter (shortcut matrices included; a tied head counts once when
-    dense and again once untied, so a tied-embedding model can grow at small s);
+    n_params_*: every parameter (shortcut matrices and post-norm writers included; a tied
+    head counts once when dense and again once untied, so a tied-embedding model can grow
+    at small s);
     n_layer_params_*: the decoder layers only.
     rows: one per residual boundary (embed, then mid/out of every layer): kept width and
     the fraction of calibration energy Σλ[:kept]/Σλ it keeps. spectra: (n_boundaries, d)
@@ -231,10 +241,11 @@ def _slice_layer(
     """
     d_in, d_mid, d_out = widths
     layer = adapter.layers[index]
-    writer, mlp_writer = adapter.attn_writer(layer), adapter.mlp_writer(layer)
-    dtype, device = writer.weight.dtype, writer.weight.device
+    weight = adapter.attn_writer(layer).weight
+    dtype, device = weight.dtype, weight.device
     for lin in adapter.attn_readers(layer):
         rotate_inputs(lin, Q_in, d_in)
+    attn_post, mlp_post = fold_post_norms(adapter, index)
     new = SlicedDecoderLayer(
         adapter.attention_block(layer),
         adapter.mlp_block(layer),
@@ -242,9 +253,15 @@ def _slice_layer(
         adapter.mlp_norm(layer),
         torch.empty(d_in, d_mid, dtype=dtype, device=device),
         torch.empty(d_mid, d_out, dtype=dtype, device=device),
+        attn_post,
+        mlp_post,
     )
+    # The linears writing into the residual stream: o_proj / down_proj, or with post-block
+    # norms the PostNormWriters' projections (o_proj / down_proj then keep d outputs).
+    writer = adapter.attn_writer(layer) if attn_post is None else attn_post.proj
+    mlp_writer = adapter.mlp_writer(layer) if mlp_post is None else mlp_post.proj
 
-    # Mid boundary. With o_proj writing in the full Q_in basis, the residual there is
+    # Mid boundary. With the writer (o_proj) writing in the full Q_in basis, the residual is
     # [x, 0] + attn: no (T, d_in)·(d_in, d) product to map x back. Its PCA V (in Q_in
     # coordinates) gives Q_mid = Q_in·V; the eigenvalues are those of the unrotated residual.
     with rotated_output(writer, Q_in):
@@ -295,7 +312,8 @@ def slice_model(
     on_progress: ProgressFn | None = None,
     offload: Offload | None = None,
 ) -> SliceReport:
-    """Slice a pre-norm model (RMSNorm or LayerNorm) **in place** to width d′ = sliced_width(d, s).
+    """Slice a pre-norm model (RMSNorm or LayerNorm, with or without post-block norms) **in
+    place** to width d′ = sliced_width(d, s).
 
     model: LoadedModel, ModelAdapter or the HF causal LM. calib_ids: (N, L) calibration
     tokens. Modules visit ``device`` one at a time through ``offload`` (default: in memory;
@@ -353,7 +371,8 @@ def slice_model(
     offload.release(head, changed=True)
     offload.release(adapter.final_norm, changed=True)
     offload.finish()
-    spec = SliceSpec(d, eps, widths, float(sparsity), asdict(options), head_bias)
+    post = adapter.traits(adapter.config).post_norms
+    spec = SliceSpec(d, eps, widths, float(sparsity), asdict(options), head_bias, post)
     adapter.model.slicing = spec
     result = SliceReport(
         sparsity=float(sparsity),
