@@ -113,11 +113,24 @@ def default_speed(device: str) -> Speed:
     return Speed(device, cpu_flops())
 
 
+_SPEEDS: dict[tuple, Speed] = {}  # (store root, device, recent, store version) -> Speed
+
+
 def measured_speed(store: RunStore | None, device: str, recent: int = 30) -> Speed:
     """Speed of ``device`` from the ``recent`` newest finished prune/slice/eval runs on it
-    (the defaults when there are none)."""
+    (the defaults when there are none); read once per version of the store's index, since
+    a form asks on every rerun and each stored run is a folder read."""
     if store is None:
         return default_speed(device)
+    key = (str(store.root), device, recent, store.version())
+    if key not in _SPEEDS:
+        if len(_SPEEDS) > 64:
+            _SPEEDS.clear()
+        _SPEEDS[key] = _measure(store, device, recent)
+    return _SPEEDS[key]
+
+
+def _measure(store: RunStore, device: str, recent: int) -> Speed:
     flops, ratios = [], {}
     base = default_speed(device)
     recs = [r for r in store.list(status="done") if r.kind in (EVAL, PRUNE, SLICE)]
@@ -126,7 +139,8 @@ def measured_speed(store: RunStore | None, device: str, recent: int = 30) -> Spe
             cfg = RunConfig.from_dict(rec.config)
             if device_type(cfg.model) != device:
                 continue
-            m, shape = store.load(rec.id).metrics, model_shape(cfg.model)
+            # the index row's summary is the run's metrics.json (RunWriter.commit)
+            m, shape = rec.summary or store.load(rec.id).metrics, model_shape(cfg.model)
         except (PruneScopeError, OSError, ValueError, KeyError, TypeError):
             continue
         tps = m.get("eval_tokens_per_s") or m.get("tokens_per_s")

@@ -11,8 +11,8 @@ from core import attention_maps as am
 from core import figures
 from core.demo import PAGE_ATTENTION
 from core.errors import PruneScopeError
-from core.store import RunRecord
-from pages.common import get_store, pick_run, require_frame, run_label, show_error
+from core.store import Run, RunRecord
+from pages.common import get_store, list_runs, pick_run, require_frame, run_label, show_error
 from pages.starters import offer_run
 
 require_frame(__file__)
@@ -35,14 +35,16 @@ def _targets(rec: RunRecord) -> str | None:
 
 
 @st.cache_data(show_spinner=False, max_entries=4096)
-def has_qk(run_id: str, stamp: float) -> bool:
-    """Whether a finished run stored its pruned W_Q/W_K (read once per run: a header)."""
-    return "layer0.q" in store.load(run_id).array_keys("qk")
+def has_qk(run_id: str, stamp: float, _rec: RunRecord) -> bool:
+    """Whether a finished run stored its pruned W_Q/W_K (read once per run: a header of
+    its folder, without another index query)."""
+    return "layer0.q" in Run(_rec, store.run_dir(run_id)).array_keys("qk")
 
 
-def with_qk(records: list[RunRecord]) -> list[RunRecord]:
-    """Finished prune runs that stored their pruned W_Q/W_K."""
-    return [r for r in records if has_qk(r.id, r.finished or 0.0)]
+@st.cache_data(show_spinner=False, max_entries=8)
+def with_qk(version: tuple, _records: list[RunRecord]) -> list[str]:
+    """Ids of the finished prune runs that stored their pruned W_Q/W_K."""
+    return [r.id for r in _records if has_qk(r.id, r.finished or 0.0, r)]
 
 
 def model_key(rec: RunRecord) -> str:
@@ -83,7 +85,9 @@ def masks(run_id: str, stamp: float, layer: int) -> dict:
     return am.keep_masks(store.load(run_id), layer)
 
 
-runs = with_qk(store.list(kind="prune", status="done"))
+prunes = list_runs(store, kind="prune", status="done")
+qk_ids = set(with_qk((str(store.root), *store.version()), prunes))
+runs = [r for r in prunes if r.id in qk_ids]
 if not runs:
     offer_run(
         store,
