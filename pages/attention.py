@@ -140,48 +140,65 @@ if keep:
             f"mean ‖M_T − M₀‖/‖M₀‖ {m.get('mask_delta', float('nan')):.3g}."
         )
 
-st.subheader("Dense vs pruned attention on a prompt")
-prompt = st.text_area("Prompt", DEFAULT_PROMPT, key="attn_prompt", max_chars=400)
-try:
-    dense, pruned, tokens = maps(run.id, stamps[run.id], prompt, layer)
-except PruneScopeError as exc:
-    show_error(exc)
-    st.stop()
-st.plotly_chart(
-    figures.attention_heatmaps(
-        dense[head], pruned[head], tokens, f"Layer {layer}, head {head} ({len(tokens)} tokens)"
-    ),
-    key="attn_maps",
-)
 
-st.subheader("Approximation error per head, across methods")
-same_model = [r for r in runs if r.model == run_rec.model]
-labels = {r.id: run_label(r) for r in same_model}
-series = {
-    r.id: f"{figures.series_name(r.method, r.pattern, None, False, _targets(r))} s={r.sparsity:g}"
-    for r in same_model
-}
-if len(set(series.values())) < len(series):  # same method and sparsity twice: tell them apart
-    series = {rid: f"{name} [{rid[:4]}]" for rid, name in series.items()}
-c1, c2 = st.columns([2, 1])
-compare = c1.multiselect(
-    "Runs to compare (same model)",
-    list(labels),
-    [r.id for r in same_model[:MAX_COMPARE]],
-    format_func=labels.get,
-    key="cmp",
-)
-source = c2.radio("Measured on", list(SOURCES), key="err_source", horizontal=True)
-rows = []
-for rid in compare:
-    if SOURCES[source] is None:
-        d, p, _ = maps(rid, stamps[rid], prompt, layer)
-        errs = am.head_errors(d, p)["fro_rel"]
-    else:
-        errs = stored_errors(rid, stamps[rid], layer, SOURCES[source])
-    rows += [{"series": series[rid], "head": h, "fro_rel": float(v)} for h, v in enumerate(errs)]
-st.plotly_chart(figures.head_error_bars(pd.DataFrame(rows)), key="head_errors")
-st.caption(
-    f"‖P̃ − P‖_F / ‖P‖_F of layer {layer} with the same X for every run (Paper B's data "
-    "term): on your prompt, or on calibration / held-out windows as measured at prune time."
-)
+@st.fragment
+def prompt_views(
+    run_rec: RunRecord,
+    run: Run,
+    runs: list[RunRecord],
+    stamps: dict[str, float],
+    layer: int,
+    head: int,
+) -> None:
+    """The prompt's heatmaps and the per-head errors across runs: a fragment, so a new
+    prompt (or another comparison) reruns only this part, not the masks above."""
+    st.subheader("Dense vs pruned attention on a prompt")
+    prompt = st.text_area("Prompt", DEFAULT_PROMPT, key="attn_prompt", max_chars=400)
+    try:
+        dense, pruned, tokens = maps(run.id, stamps[run.id], prompt, layer)
+    except PruneScopeError as exc:
+        show_error(exc)
+        return
+    st.plotly_chart(
+        figures.attention_heatmaps(
+            dense[head], pruned[head], tokens, f"Layer {layer}, head {head} ({len(tokens)} tokens)"
+        ),
+        key="attn_maps",
+    )
+
+    st.subheader("Approximation error per head, across methods")
+    same_model = [r for r in runs if r.model == run_rec.model]
+    labels = {r.id: run_label(r) for r in same_model}
+    series = {
+        r.id: f"{figures.series_name(r.method, r.pattern, None, False, _targets(r))} s={r.sparsity:g}"
+        for r in same_model
+    }
+    if len(set(series.values())) < len(series):  # same method and sparsity twice: tell them apart
+        series = {rid: f"{name} [{rid[:4]}]" for rid, name in series.items()}
+    c1, c2 = st.columns([2, 1])
+    compare = c1.multiselect(
+        "Runs to compare (same model)",
+        list(labels),
+        [r.id for r in same_model[:MAX_COMPARE]],
+        format_func=labels.get,
+        key="cmp",
+    )
+    source = c2.radio("Measured on", list(SOURCES), key="err_source", horizontal=True)
+    rows = []
+    for rid in compare:
+        if SOURCES[source] is None:
+            d, p, _ = maps(rid, stamps[rid], prompt, layer)
+            errs = am.head_errors(d, p)["fro_rel"]
+        else:
+            errs = stored_errors(rid, stamps[rid], layer, SOURCES[source])
+        rows += [
+            {"series": series[rid], "head": h, "fro_rel": float(v)} for h, v in enumerate(errs)
+        ]
+    st.plotly_chart(figures.head_error_bars(pd.DataFrame(rows)), key="head_errors")
+    st.caption(
+        f"‖P̃ − P‖_F / ‖P‖_F of layer {layer} with the same X for every run (Paper B's data "
+        "term): on your prompt, or on calibration / held-out windows as measured at prune time."
+    )
+
+
+prompt_views(run_rec, run, runs, stamps, layer, head)
