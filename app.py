@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from core.errors import PruneScopeError
-from pages.common import FRAME_KEY, device_info, get_store
+from pages.common import FRAME_KEY, device_info, get_store, list_runs
 from pages.starters import demo_progress
 
 st.set_page_config(page_title="PruneScope", page_icon=":material/content_cut:", layout="wide")
@@ -46,7 +46,7 @@ with st.sidebar:
         where += f" · {dev['memory_gb']} GB"
     st.caption(f"Device: **{where}**")
     st.caption(f"Results store: `{store.root}`")
-    running = store.list(status="running")
+    running = list_runs(store, status="running")
     if running:
         st.caption(
             f"In progress: {', '.join(f'{r.method or r.kind} ({r.model})' for r in running)}"

@@ -15,10 +15,12 @@ import torch
 from core.adapters import resolve_roles
 from core.config import CalibConfig, ModelSpec, RunConfig, zeroshot_from
 from core.data import C4_EVAL_WINDOWS
+from core.effdim import windows_needed
 from core.geometry import Geometry
 from core.methods.attention_gd.options import CHECK_HESSIAN_AT, AttentionGDOptions
 from core.methods.base import SAMPLE_ROWS
 from core.models import TINY_MODELS, model_config
+from core.names import PRUNE
 
 # Corpus sizes in tokens of a ~50k-vocabulary BPE tokenizer (the byte tokenizer of the
 # tiny models reads ~4.4 bytes per such token).
@@ -35,6 +37,14 @@ TASK_SIZES = {
     "boolq": (3270, 2, 180),
 }
 OTHER_TASK = (2000, 4, 80)
+# Work that is not a batched forward, in FLOPs of one, fitted to a Wanda run of smollm2-135m
+# timed stage by stage on the 2-core machine: an eigvalsh of a d x d float64 Gram costs
+# ~20 d^3 (its effective-dimension stage: 169 s for 8 windows, of which ~56 s forwards), and a
+# (1, L) forward runs at ~0.4 of the batched rate (its latency stages: 110 s predicted 105).
+EIG_FLOPS_PER_D3 = 20.0
+BATCH1_SLOWDOWN = 2.5
+LATENCY_FORWARDS = 6  # core.runs.measure.forward_latency_ms: a warm-up and 5 timed forwards
+PROBE_WINDOWS = 2  # core.runs.prune: calibration and held-out windows of the attention probes
 
 
 @dataclass(frozen=True)
@@ -192,12 +202,41 @@ def calib_flops(calib: CalibConfig, shape: Shape, passes: float = 2.0) -> float:
     )
 
 
+def effdim_flops(cfg: RunConfig, shape: Shape) -> float:
+    """The residual stream's effective dimension (core.effdim.collect_residual_dims): the
+    first windows holding 10·d tokens read twice (the sums, then one window at a time for
+    the jackknife), and per layer a d×d eigendecomposition per reading (2 + one per window)."""
+    L, d = cfg.eval.seqlen, shape.geo.hidden_size
+    windows = min(windows_needed(d, L), max(1, eval_tokens(cfg, shape) // L))
+    forwards = 2.0 * windows * L * shape.forward_flops(L)
+    eigs = shape.geo.n_layers * (2 + (windows if windows > 1 else 0))
+    return forwards + eigs * EIG_FLOPS_PER_D3 * float(d) ** 3
+
+
+def dense_flops(cfg: RunConfig, shape: Shape) -> float:
+    """A dense evaluation run: perplexity and effective dimension (core.runs.dense)."""
+    return eval_flops(cfg, shape) + effdim_flops(cfg, shape)
+
+
+def latency_flops(cfg: RunConfig, shape: Shape) -> float:
+    """The forward latency a prune/slice run measures before and after the change."""
+    L = cfg.eval.seqlen
+    return 2.0 * LATENCY_FORWARDS * BATCH1_SLOWDOWN * L * shape.forward_flops(L)
+
+
+def probe_flops(cfg: RunConfig, shape: Shape) -> float:
+    """Dense attention references when W_Q or W_K is pruned (core.runs.prune._probes)."""
+    if cfg.kind != PRUNE or not {"q", "k"} & set(resolve_roles(cfg.prune.targets)):
+        return 0.0
+    tokens = PROBE_WINDOWS * (cfg.calib.seqlen + cfg.eval.seqlen)
+    return tokens * shape.forward_flops(cfg.eval.seqlen)
+
+
 def changed_model_flops(cfg: RunConfig, shape: Shape) -> float:
-    """After pruning: the changed model's perplexity, effective dimension and accuracy."""
-    # the effective dimension reads the first eval windows holding 10·d tokens
-    effdim_tokens = min(10 * shape.geo.hidden_size, eval_tokens(cfg, shape))
-    effdim = effdim_tokens * shape.forward_flops(cfg.eval.seqlen)
-    return eval_flops(cfg, shape) + effdim + zeroshot_flops(cfg.extra_value("zeroshot"), shape)
+    """Around the change: the latency before and after, the attention probes, then the
+    changed model's perplexity, effective dimension and accuracy."""
+    extras = latency_flops(cfg, shape) + probe_flops(cfg, shape)
+    return extras + dense_flops(cfg, shape) + zeroshot_flops(cfg.extra_value("zeroshot"), shape)
 
 
 def prune_phase_flops(cfg: RunConfig, shape: Shape) -> float:

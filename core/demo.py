@@ -6,8 +6,11 @@ effective-dimension chart), a SliceGPT sweep (Representation dimension), attenti
 on W_Q/W_K (Assumption checks) with its magnitude and Wanda baselines on the same targets,
 then the comparisons (SparseGPT 50%, Wanda and SparseGPT 2:4) and zero-shot accuracy of the
 dense model on two tasks. Every piece uses the "demo" preset (core.fields: 8 × 128
-calibration tokens, 8 evaluation windows of 128), so the numbers are real but noisy; the
-Prune page's presets are the ones to quote.
+calibration tokens, 4 evaluation windows of 64), so the numbers are real but noisy; the
+Prune page's presets are the ones to quote. Sized so the set's estimate (core.estimate) is
+minutes on a CPU: every prune or slice run pays a fixed share (start-up, the latency
+forwards before and after, the effective dimension's eigendecompositions), so the set keeps
+few runs, small windows and a short zero-shot sample.
 
     start_demo(store, "smollm2-135m")
     status = demo_status(store)              # core.jobs.queue.QueueStatus or None
@@ -37,7 +40,7 @@ PAGE_REPDIM, PAGE_ATTENTION, PAGE_ASSUMPTIONS, PAGE_RUNS = (
 )
 SWEEP_GRID = "0.1,0.25,0.4"  # three points: the relation's line is visible, the fit defined
 ZEROSHOT_TASKS = "arc_easy,piqa"  # the two shortest items of the bundled tasks
-ZEROSHOT_LIMIT = 50  # items per task: one standard error ≈ 0.07, enough to see the scale
+ZEROSHOT_LIMIT = 25  # items per task: one standard error ≈ 0.1, enough to see the scale
 # Attention-GD at demo size: 4 sequences × 128 tokens, at most 8 steps, 2 check points per
 # group (the defaults, 8 × 256 and 20 steps, take a quarter of an hour on a CPU).
 GD_OPTIONS = ("steps=8", "max_seq=4", "max_len=128", "check_points=2")

@@ -5,7 +5,9 @@ only, ``core.geometry``) and the run's token counts, phase by phase:
 
 - evaluation: windows × seqlen tokens through the whole model (2 FLOPs per weight per
   token, plus causal attention 2·L·heads·head_dim per layer), for the dense baseline when
-  the store lacks it and again for the changed model, plus the effective-dimension tokens;
+  the store lacks it and again for the changed model, plus the effective dimension (its
+  windows read twice and a d×d eigendecomposition per layer and reading) and, for prune
+  and slice runs, the latency forwards (batch 1) before and after the change;
 - calibration: nsamples × calib_seqlen tokens, twice through every decoder layer (the
   layer-wise runner collects statistics, then re-runs the pruned layer for the next one);
 - the method's own work per targeted linear (out × in): magnitude / Wanda score and sort
@@ -21,27 +23,31 @@ Calibration to the device (``measured_speed``): the effective FLOP/s is the medi
 store's finished runs on the same device type of eval_tokens_per_s × FLOPs per token of that
 run's model; each method's overhead factor is the median of its runs' measured
 prune_seconds over the predicted method+calibration seconds. Without stored runs, the
-conservative defaults below hold: any CUDA GPU at 20 TFLOP/s and Apple MPS at 1 TFLOP/s
-(well below their bf16 peaks), overheads for the small, serial linear algebra of SparseGPT
-and SliceGPT, and a CPU at 12 GFLOP/s, the pruning-phase rate of the default Wanda run that
-issue #18 timed on the loaded 2-core machine ('quick' preset: pruning 2 min 28 s for
-2 × 16 × 256 calibration tokens through 30 layers ≈ 12 GFLOP/s; its evaluations ran near
-19). With it that run estimates at ~8 min against 5 min 48 s measured, attention-GD (qk) at
-~29 min against 16 min 36 s: on the long side, as a planning aid should be.
+defaults below hold: any CUDA GPU at 20 TFLOP/s and Apple MPS at 1 TFLOP/s (well below
+their bf16 peaks), overheads for the small, serial linear algebra of SparseGPT and SliceGPT,
+and a CPU at the rate measured here by a small matmul benchmark (``cpu_flops``) times the
+efficiency a real forward reached against it. The former fixed 12 GFLOP/s, and a cost model
+that left out the effective dimension's two passes and eigendecompositions and the latency
+forwards, made the demo set's estimate ~50 min on an empty store while its slowest share
+(the effective dimension) was not counted where it was spent.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
+
+import torch
 
 from core.config import EvalConfig, RunConfig
 from core.cost import (
     Shape,
     changed_model_flops,
+    dense_flops,
     device_type,
-    eval_flops,
     model_shape,
     prune_phase_flops,
     zeroshot_flops,
@@ -51,9 +57,17 @@ from core.names import EVAL, PRUNE, SLICE, SWEEP, ZEROSHOT
 from core.runs.plan import sweep_points
 from core.store import RunStore
 
-DEFAULT_FLOPS = {"cpu": 1.2e10, "mps": 1e12, "cuda": 2e13}  # effective FLOP/s, conservative
-START_SECONDS = {"cpu": 12.0, "mps": 10.0, "cuda": 10.0}  # Python, torch, transformers
-LOAD_BYTES_PER_S = 2e8  # reading (and converting) the weights
+DEFAULT_FLOPS = {"mps": 1e12, "cuda": 2e13}  # effective FLOP/s, conservative; CPU: measured
+# A CPU's effective rate: a float32 matmul of the embedded model's MLP shape for one batch of
+# evaluation windows, (512, 576) @ (576, 1536), timed here, times the rate a whole batched
+# forward of smollm2-135m reached against it on the 2-core machine (0.43-0.60 in three
+# interleaved measurements under load; the middle taken).
+CPU_BENCH = (512, 576, 1536)
+CPU_EFFICIENCY = 0.5
+# Start-up: Python, torch, transformers and core (`python -m core --help`: 4.5 s on the 2-core
+# machine at load ~1.7), then reading the float32 weights (smollm2-135m's 538 MB: 3.7 s).
+START_SECONDS = {"cpu": 6.0, "mps": 10.0, "cuda": 10.0}
+LOAD_BYTES_PER_S = 1.5e8
 METHOD_OVERHEAD = {"sparsegpt": 1.5, "slicegpt": 2.0}  # others 1.0
 
 
@@ -79,15 +93,46 @@ class Speed:
         return f"measured on {self.n_runs} stored {self.device.upper()} run(s)"
 
 
+@lru_cache(maxsize=1)
+def cpu_flops() -> float:
+    """This CPU's effective FLOP/s: the median of 5 timed ``CPU_BENCH`` matmuls after a
+    warm-up (~0.1 s once per process) times ``CPU_EFFICIENCY``."""
+    m, k, n = CPU_BENCH
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    a @ b
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return CPU_EFFICIENCY * 2.0 * m * k * n / max(statistics.median(times), 1e-6)
+
+
 def default_speed(device: str) -> Speed:
-    return Speed(device, DEFAULT_FLOPS.get(device, DEFAULT_FLOPS["cpu"]))
+    """The speed before any run on ``device`` is stored: a CPU's is measured here."""
+    if device in DEFAULT_FLOPS:
+        return Speed(device, DEFAULT_FLOPS[device])
+    return Speed(device, cpu_flops())
+
+
+_SPEEDS: dict[tuple, Speed] = {}  # (store root, device, recent, store version) -> Speed
 
 
 def measured_speed(store: RunStore | None, device: str, recent: int = 30) -> Speed:
     """Speed of ``device`` from the ``recent`` newest finished prune/slice/eval runs on it
-    (the defaults when there are none)."""
+    (the defaults when there are none); read once per version of the store's index, since
+    a form asks on every rerun and each stored run is a folder read."""
     if store is None:
         return default_speed(device)
+    key = (str(store.root), device, recent, store.version())
+    if key not in _SPEEDS:
+        if len(_SPEEDS) > 64:
+            _SPEEDS.clear()
+        _SPEEDS[key] = _measure(store, device, recent)
+    return _SPEEDS[key]
+
+
+def _measure(store: RunStore, device: str, recent: int) -> Speed:
     flops, ratios = [], {}
     base = default_speed(device)
     recs = [r for r in store.list(status="done") if r.kind in (EVAL, PRUNE, SLICE)]
@@ -96,7 +141,8 @@ def measured_speed(store: RunStore | None, device: str, recent: int = 30) -> Spe
             cfg = RunConfig.from_dict(rec.config)
             if device_type(cfg.model) != device:
                 continue
-            m, shape = store.load(rec.id).metrics, model_shape(cfg.model)
+            # the index row's summary is the run's metrics.json (RunWriter.commit)
+            m, shape = rec.summary or store.load(rec.id).metrics, model_shape(cfg.model)
         except (PruneScopeError, OSError, ValueError, KeyError, TypeError):
             continue
         tps = m.get("eval_tokens_per_s") or m.get("tokens_per_s")
@@ -137,7 +183,7 @@ def _baseline_seconds(cfg: RunConfig, shape: Shape, speed: Speed, store: RunStor
     core.sweep_grid.baselines builds them)."""
     seconds = 0.0
     if not _stored(store, RunConfig(EVAL, cfg.model, cfg.eval)):
-        seconds += eval_flops(cfg, shape) / speed.flops_per_s
+        seconds += dense_flops(cfg, shape) / speed.flops_per_s
     zs = cfg.extra_value("zeroshot")
     if zs is not None:
         extra = (("source_run", None), ("zeroshot", zs))
@@ -159,7 +205,7 @@ def estimate_seconds(
     speed = speed or measured_speed(store, device)
     start = _start_seconds(shape, device)
     if cfg.kind == EVAL:
-        return start + eval_flops(cfg, shape) / speed.flops_per_s
+        return start + dense_flops(cfg, shape) / speed.flops_per_s
     if cfg.kind == ZEROSHOT:
         return start + zeroshot_flops(cfg.extra_value("zeroshot"), shape) / speed.flops_per_s
     if cfg.kind in (PRUNE, SLICE):

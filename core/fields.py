@@ -317,13 +317,13 @@ COMMANDS: dict[str, tuple[Field, ...]] = {
 }
 
 # Named sets of ordinary field values. "quick" keeps a run of the embedded model to minutes
-# on a CPU; "demo" to about a minute (the demo set, core.demo); "reference" is the protocol
+# on a CPU; "demo" (short evaluation windows) to about a minute (the demo set, core.demo); "reference" is the protocol
 # every default follows.
 PRESETS: dict[str, dict[str, Any]] = {
     "reference": {},
     "quick": {"nsamples": 16, "seqlen": 256, "calib_seqlen": 256, "max_windows": 16},
     # the demo set (core.demo): every page filled in minutes, numbers noisy but real
-    "demo": {"nsamples": 8, "seqlen": 128, "calib_seqlen": 128, "max_windows": 8},
+    "demo": {"nsamples": 8, "seqlen": 64, "calib_seqlen": 128, "max_windows": 4},
 }
 
 

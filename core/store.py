@@ -37,12 +37,11 @@ from platformdirs import user_data_dir
 from safetensors.torch import save_file
 
 from core.config import RunConfig
-from core.environment import environment_record
 from core.errors import StoreError
 from core.heartbeat import STALE_S, Heartbeat, pid_alive, run_alive
 from core.run_record import Run, RunRecord
 
-__all__ = ["Run", "RunRecord", "RunStore", "RunWriter", "environment_record", "pid_alive"]
+__all__ = ["Run", "RunRecord", "RunStore", "RunWriter", "pid_alive"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +96,19 @@ class RunStore:
             raise StoreError(f"results store {self.root}: {exc}") from exc
         finally:
             db.close()
+
+    def version(self) -> tuple[int, ...]:
+        """A stamp that changes whenever the index does (every write lands in SQLite's WAL
+        file, a checkpoint rewrites the main one): keys caches of what pages read."""
+        stamp: list[int] = []
+        for name in ("index.sqlite", "index.sqlite-wal"):
+            try:
+                st = (self.root / name).stat()
+            except OSError:
+                stamp += [0, 0]
+            else:
+                stamp += [st.st_mtime_ns, st.st_size]
+        return tuple(stamp)
 
     def reconcile(self) -> list[str]:
         """Mark running rows whose heartbeat is stale (or whose pid died on this host) as

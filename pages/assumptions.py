@@ -18,7 +18,8 @@ from core.methods.attention_gd.method import (
     TABLE_HEADS,
     TABLE_TRAJECTORY,
 )
-from pages.common import get_store, number_table, pick_run, require_frame
+from core.store import Run
+from pages.common import get_store, list_runs, number_table, pick_run, require_frame
 from pages.starters import offer_run
 
 require_frame(__file__)
@@ -79,8 +80,8 @@ with st.expander("How to read the curves: what each looks like if the assumption
 
 gd_runs = [
     r
-    for r in store.list(kind="prune", status="done")
-    if r.method == "attention-gd" and TABLE_GROUPS in store.load(r.id).tables()
+    for r in list_runs(store, kind="prune", status="done")
+    if r.method == "attention-gd" and TABLE_GROUPS in Run(r, store.run_dir(r.id)).tables()
 ]
 if not gd_runs:
     offer_run(store, PAGE_ASSUMPTIONS, "No attention-gd run with assumption checks yet.")

@@ -11,8 +11,8 @@ from core import attention_maps as am
 from core import figures
 from core.demo import PAGE_ATTENTION
 from core.errors import PruneScopeError
-from core.store import RunRecord
-from pages.common import get_store, pick_run, require_frame, run_label, show_error
+from core.store import Run, RunRecord
+from pages.common import get_store, list_runs, pick_run, require_frame, run_label, show_error
 from pages.starters import offer_run
 
 require_frame(__file__)
@@ -35,14 +35,16 @@ def _targets(rec: RunRecord) -> str | None:
 
 
 @st.cache_data(show_spinner=False, max_entries=4096)
-def has_qk(run_id: str, stamp: float) -> bool:
-    """Whether a finished run stored its pruned W_Q/W_K (read once per run: a header)."""
-    return "layer0.q" in store.load(run_id).array_keys("qk")
+def has_qk(run_id: str, stamp: float, _rec: RunRecord) -> bool:
+    """Whether a finished run stored its pruned W_Q/W_K (read once per run: a header of
+    its folder, without another index query)."""
+    return "layer0.q" in Run(_rec, store.run_dir(run_id)).array_keys("qk")
 
 
-def with_qk(records: list[RunRecord]) -> list[RunRecord]:
-    """Finished prune runs that stored their pruned W_Q/W_K."""
-    return [r for r in records if has_qk(r.id, r.finished or 0.0)]
+@st.cache_data(show_spinner=False, max_entries=8)
+def with_qk(version: tuple, _records: list[RunRecord]) -> list[str]:
+    """Ids of the finished prune runs that stored their pruned W_Q/W_K."""
+    return [r.id for r in _records if has_qk(r.id, r.finished or 0.0, r)]
 
 
 def model_key(rec: RunRecord) -> str:
@@ -83,7 +85,9 @@ def masks(run_id: str, stamp: float, layer: int) -> dict:
     return am.keep_masks(store.load(run_id), layer)
 
 
-runs = with_qk(store.list(kind="prune", status="done"))
+prunes = list_runs(store, kind="prune", status="done")
+qk_ids = set(with_qk((str(store.root), *store.version()), prunes))
+runs = [r for r in prunes if r.id in qk_ids]
 if not runs:
     offer_run(
         store,
@@ -136,48 +140,65 @@ if keep:
             f"mean ‖M_T − M₀‖/‖M₀‖ {m.get('mask_delta', float('nan')):.3g}."
         )
 
-st.subheader("Dense vs pruned attention on a prompt")
-prompt = st.text_area("Prompt", DEFAULT_PROMPT, key="attn_prompt", max_chars=400)
-try:
-    dense, pruned, tokens = maps(run.id, stamps[run.id], prompt, layer)
-except PruneScopeError as exc:
-    show_error(exc)
-    st.stop()
-st.plotly_chart(
-    figures.attention_heatmaps(
-        dense[head], pruned[head], tokens, f"Layer {layer}, head {head} ({len(tokens)} tokens)"
-    ),
-    key="attn_maps",
-)
 
-st.subheader("Approximation error per head, across methods")
-same_model = [r for r in runs if r.model == run_rec.model]
-labels = {r.id: run_label(r) for r in same_model}
-series = {
-    r.id: f"{figures.series_name(r.method, r.pattern, None, False, _targets(r))} s={r.sparsity:g}"
-    for r in same_model
-}
-if len(set(series.values())) < len(series):  # same method and sparsity twice: tell them apart
-    series = {rid: f"{name} [{rid[:4]}]" for rid, name in series.items()}
-c1, c2 = st.columns([2, 1])
-compare = c1.multiselect(
-    "Runs to compare (same model)",
-    list(labels),
-    [r.id for r in same_model[:MAX_COMPARE]],
-    format_func=labels.get,
-    key="cmp",
-)
-source = c2.radio("Measured on", list(SOURCES), key="err_source", horizontal=True)
-rows = []
-for rid in compare:
-    if SOURCES[source] is None:
-        d, p, _ = maps(rid, stamps[rid], prompt, layer)
-        errs = am.head_errors(d, p)["fro_rel"]
-    else:
-        errs = stored_errors(rid, stamps[rid], layer, SOURCES[source])
-    rows += [{"series": series[rid], "head": h, "fro_rel": float(v)} for h, v in enumerate(errs)]
-st.plotly_chart(figures.head_error_bars(pd.DataFrame(rows)), key="head_errors")
-st.caption(
-    f"‖P̃ − P‖_F / ‖P‖_F of layer {layer} with the same X for every run (Paper B's data "
-    "term): on your prompt, or on calibration / held-out windows as measured at prune time."
-)
+@st.fragment
+def prompt_views(
+    run_rec: RunRecord,
+    run: Run,
+    runs: list[RunRecord],
+    stamps: dict[str, float],
+    layer: int,
+    head: int,
+) -> None:
+    """The prompt's heatmaps and the per-head errors across runs: a fragment, so a new
+    prompt (or another comparison) reruns only this part, not the masks above."""
+    st.subheader("Dense vs pruned attention on a prompt")
+    prompt = st.text_area("Prompt", DEFAULT_PROMPT, key="attn_prompt", max_chars=400)
+    try:
+        dense, pruned, tokens = maps(run.id, stamps[run.id], prompt, layer)
+    except PruneScopeError as exc:
+        show_error(exc)
+        return
+    st.plotly_chart(
+        figures.attention_heatmaps(
+            dense[head], pruned[head], tokens, f"Layer {layer}, head {head} ({len(tokens)} tokens)"
+        ),
+        key="attn_maps",
+    )
+
+    st.subheader("Approximation error per head, across methods")
+    same_model = [r for r in runs if r.model == run_rec.model]
+    labels = {r.id: run_label(r) for r in same_model}
+    series = {
+        r.id: f"{figures.series_name(r.method, r.pattern, None, False, _targets(r))} s={r.sparsity:g}"
+        for r in same_model
+    }
+    if len(set(series.values())) < len(series):  # same method and sparsity twice: tell them apart
+        series = {rid: f"{name} [{rid[:4]}]" for rid, name in series.items()}
+    c1, c2 = st.columns([2, 1])
+    compare = c1.multiselect(
+        "Runs to compare (same model)",
+        list(labels),
+        [r.id for r in same_model[:MAX_COMPARE]],
+        format_func=labels.get,
+        key="cmp",
+    )
+    source = c2.radio("Measured on", list(SOURCES), key="err_source", horizontal=True)
+    rows = []
+    for rid in compare:
+        if SOURCES[source] is None:
+            d, p, _ = maps(rid, stamps[rid], prompt, layer)
+            errs = am.head_errors(d, p)["fro_rel"]
+        else:
+            errs = stored_errors(rid, stamps[rid], layer, SOURCES[source])
+        rows += [
+            {"series": series[rid], "head": h, "fro_rel": float(v)} for h, v in enumerate(errs)
+        ]
+    st.plotly_chart(figures.head_error_bars(pd.DataFrame(rows)), key="head_errors")
+    st.caption(
+        f"‖P̃ − P‖_F / ‖P‖_F of layer {layer} with the same X for every run (Paper B's data "
+        "term): on your prompt, or on calibration / held-out windows as measured at prune time."
+    )
+
+
+prompt_views(run_rec, run, runs, stamps, layer, head)

@@ -43,6 +43,18 @@ def get_store() -> RunStore:
     return _open_store(str(default_root()))
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _listed(root: str, version: tuple, kind: str | None, status: str | None) -> list[RunRecord]:
+    return _open_store(root).list(kind=kind, status=status)
+
+
+def list_runs(
+    store: RunStore, kind: str | None = None, status: str | None = None
+) -> list[RunRecord]:
+    """``store.list`` read once per version of the store's index (RunStore.version)."""
+    return _listed(str(store.root), store.version(), kind, status)
+
+
 @st.cache_resource(show_spinner=False)
 def device_info() -> dict[str, Any]:
     from core.device import describe_device, resolve_device

@@ -164,14 +164,10 @@ def method_options(method: str, key: str, prefix: str = "") -> list[str]:
     return option_pairs(method, values, prefix)
 
 
-@st.cache_data(ttl=30, show_spinner=False)
-def _speed(root: str, device: str, n_done: int):
-    return measured_speed(RunStore(root), device)
-
-
 def speed_for(store: RunStore, device: str):
-    """The device's speed measured on stored runs (cached while the store does not change)."""
-    return _speed(str(store.root), device, len(store.list(status="done")))
+    """The device's speed measured on stored runs (core.estimate reads it once per version
+    of the store)."""
+    return measured_speed(store, device)
 
 
 def show_estimate(plan: Callable[[], tuple[float, str]]) -> None:

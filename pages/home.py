@@ -9,7 +9,7 @@ from core.adapters import supported_families
 from core.gguf_models import GGUF_MODELS
 from core.models import EMBEDDED_MODEL, available_models
 from core.tables import runs_frame
-from pages.common import device_info, get_store, require_frame
+from pages.common import device_info, get_store, list_runs, require_frame
 from pages.starters import MODEL_KEY, demo_button
 
 require_frame(__file__)
@@ -39,7 +39,7 @@ with st.container(border=True):
         "Model", models, index=models.index(chosen) if chosen in models else 0, key="demo_pick"
     )
     demo_button(get_store())
-    done = get_store().list(kind="prune", status="done")
+    done = list_runs(get_store(), kind="prune", status="done")
     if done:  # what the store holds so far, at a glance (the Runs page compares in detail)
         st.plotly_chart(
             figures.ppl_vs_sparsity(figures.compare_frame(runs_frame(done)), "Stored pruning runs"),
@@ -75,7 +75,7 @@ with col_models:
     )
 with col_store:
     st.subheader("Runs stored")
-    runs = get_store().list()
+    runs = list_runs(get_store())
     st.metric("runs", len(runs), help="finished, failed and running runs in the store")
     st.page_link("pages/prune.py", label="Start a pruning run", icon=":material/content_cut:")
     st.page_link("pages/runs.py", label="Browse stored runs", icon=":material/table_view:")

@@ -23,6 +23,7 @@ from pages.common import (
     follow_job,
     get_store,
     job_outcome,
+    list_runs,
     live_progress,
     pick_run,
     require_frame,
@@ -242,7 +243,7 @@ if status is not None:
     else:
         live_progress(store, job_id)
 
-finished = [r for r in store.list(status="done") if r.kind in ("prune", "slice")]
+finished = [r for r in list_runs(store, status="done") if r.kind in ("prune", "slice")]
 st.subheader("Results")
 if not finished:
     st.info("No finished pruning run yet: configure one above and press Run.")

@@ -33,6 +33,7 @@ from pages.common import (
     follow_job,
     get_store,
     job_outcome,
+    list_runs,
     live_progress,
     pick_run,
     require_frame,
@@ -285,15 +286,22 @@ def show_effdim(points: pd.DataFrame) -> None:
     )
 
 
+@st.cache_data(show_spinner=False, max_entries=8)
+def cached_effdim_points(version: tuple, _done: list) -> pd.DataFrame:
+    """effdim_points once per version of the store (RunStore.version)."""
+    return effdim_points(store, _done)
+
+
 # ---- page ------------------------------------------------------------------------------------------------
 sweep_launcher()
 st.subheader("Stored sweeps")
-sweeps = store.list(kind="sweep", status="done")
+sweeps = list_runs(store, kind="sweep", status="done")
 if sweeps:
     show_sweep(store.load(pick_run("Sweep", sweeps, key="sweep_run").id))
 else:
     offer_run(store, PAGE_REPDIM, "No finished SliceGPT sweep in the store yet.")
-done = store.list(status="done")
-matched_budgets(done)
+version = (str(store.root), *store.version())  # keys the cached tables below
+done = list_runs(store, status="done")
+matched_budgets(done, version)
 st.subheader("Effective dimension of every stored run")
-show_effdim(effdim_points(store, done))
+show_effdim(cached_effdim_points(version, done))

@@ -47,10 +47,27 @@ def relation_slider(sweep: pd.DataFrame, ppl0: float, d: int) -> None:
     )
 
 
-def matched_budgets(records: list[RunRecord]) -> None:
-    """Every method at equal remaining parameters (or latency): issue #14's comparison."""
+@st.cache_data(show_spinner=False, max_entries=8)
+def _points(version: tuple, _records: list[RunRecord]) -> pd.DataFrame:
+    return budget_points(_records)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _summary(version: tuple, group: object, budget: str, _df: pd.DataFrame) -> tuple:
+    return matched_summary(_df, budget)
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _chart(version: tuple, group: object, budget: str, _df: pd.DataFrame):
+    """The chart, built once per store version, group and budget (shared, never mutated)."""
+    return figures.budget_chart(_df, budget)
+
+
+def matched_budgets(records: list[RunRecord], version: tuple) -> None:
+    """Every method at equal remaining parameters (or latency): issue #14's comparison.
+    ``version``: the store's (RunStore.version), the key of the cached tables and chart."""
     st.subheader("Trade-offs at matched budgets")
-    points = budget_points(records)
+    points = _points(version, records)
     if points.empty:
         st.info("No finished prune or slice run records what it keeps yet.")
         return
@@ -66,8 +83,9 @@ def matched_budgets(records: list[RunRecord]) -> None:
     budget = st.radio(
         "Budget", BUDGETS, horizontal=True, key="budget_axis", format_func=BUDGET_AXIS.get
     )
-    st.plotly_chart(figures.budget_chart(points, budget), key="budget_chart")
-    wide, wins = matched_summary(points, budget)
+    group = points["group"].iloc[0] if len(sizes) > 1 else None  # the cache key of `points`
+    st.plotly_chart(_chart(version, group, budget, points), key="budget_chart")
+    wide, wins = _summary(version, group, budget, points)
     if not wide.empty:
         number_table(wide, "budget_table", "%.2f")
     st.caption(

@@ -9,7 +9,7 @@ import streamlit as st
 from core import figures, jobs
 from core.errors import PruneScopeError
 from core.tables import runs_frame
-from pages.common import get_store, require_frame, show_error
+from pages.common import get_store, list_runs, require_frame, show_error
 
 require_frame(__file__)
 store = get_store()
@@ -19,7 +19,7 @@ st.caption(
     "them on one chart, export them, or delete them. Click a column header to sort."
 )
 
-records = store.list()
+records = list_runs(store)
 if not records:
     st.info("The store is empty. Start a run on the Prune page or with `python -m core prune`.")
     st.stop()

@@ -29,10 +29,11 @@ def demo_model() -> str:
     return st.session_state.get(MODEL_KEY, demo.DEFAULT_MODEL)
 
 
-@st.cache_data(show_spinner=False, ttl=60)  # stored pieces become free as they land
-def _estimate(root: str, key: str | None, model: str) -> float | None:
+@st.cache_data(show_spinner=False, max_entries=64)
+def _estimate(root: str, key: str | None, model: str, version: tuple) -> float | None:
     """Estimated seconds of one piece, or of the whole set (key None); None when it cannot
-    be planned here (e.g. a model that is not available offline)."""
+    be planned here (e.g. a model that is not available offline). ``version``: the store's
+    (RunStore.version), so pieces become free as they land."""
     store = RunStore(root)
     try:
         if key is None:
@@ -43,7 +44,7 @@ def _estimate(root: str, key: str | None, model: str) -> float | None:
 
 
 def estimate_text(store: RunStore, key: str | None, model: str) -> str:
-    seconds = _estimate(str(store.root), key, model)
+    seconds = _estimate(str(store.root), key, model, store.version())
     if seconds is None:
         return "time unknown"
     return "already stored" if seconds < 1 else f"about {fmt_seconds(seconds)}"

@@ -29,6 +29,7 @@ from pages.common import (
     fmt_seconds,
     follow_job,
     get_store,
+    list_runs,
     require_frame,
     show_error,
 )
@@ -116,7 +117,7 @@ def estimate(values: dict[str, Any]) -> tuple[float, str]:
     planned = {k: ("pydoc" if v == UPLOAD else v) for k, v in values.items()}
     plan = plan_sweep_job(store, planned)
     points = [c for c in plan.configs if c.kind in PRUNED_KINDS]
-    stored = {r.id for r in store.list(status="done")}
+    stored = {r.id for r in list_runs(store, status="done")}
     todo = sum(1 for c in points if c.run_id not in stored)
     speed = speed_for(store, device_type(plan.configs[0].model))
     st.caption("Command line: `python -m core " + " ".join(plan.argv) + "`")

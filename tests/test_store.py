@@ -106,3 +106,20 @@ def test_waits_for_a_run_computed_elsewhere(store):
         sleeper.wait()
     store.wait_while_running(cfg.run_id, poll_s=0.05)  # the process died: returns at once
     assert not store.running_elsewhere(cfg.run_id)
+
+
+def test_version_changes_with_every_index_write(store):
+    """RunStore.version keys the app's cached reads: a begun, a finished and a deleted run
+    each give a new stamp, and reading gives none."""
+    cfg = _cfg()
+    stamps = [store.version()]
+    with store.begin(cfg) as w:
+        stamps.append(store.version())
+        w.commit({"ppl": 3.0})
+    stamps.append(store.version())
+    store.list()
+    store.load(cfg.run_id)
+    assert store.version() == stamps[-1]
+    store.delete(cfg.run_id)
+    stamps.append(store.version())
+    assert len(set(stamps)) == len(stamps)
