@@ -78,13 +78,44 @@ def block_mask(scores: torch.Tensor, sparsity: float, rows: int, i1: int, i2: in
     return lowest_k_mask(scores, k, dim=None)
 
 
-def inverse_hessian_factor(H: torch.Tensor, percdamp: float) -> tuple[torch.Tensor, float, int]:
+def _damped_factor(H: torch.Tensor, damp: float, dead: torch.Tensor | None) -> torch.Tensor:
+    """The three LAPACK steps on one column-major float64 buffer, overwritten in place:
+    A = H + λI (dead inputs' diagonal set to 1) -> L = chol(A) -> A⁻¹ -> U = chol(A⁻¹)ᵀ.
+    Column-major is LAPACK's layout, so no step allocates a second (in, in) float64 matrix
+    (the 2816-wide down projection's is 60 MiB: peak memory, issue #16); the values are
+    those of the out-of-place calls, bit for bit. Returns U, or None if a step failed."""
+    n = H.shape[0]
+    A = torch.empty_strided((n, n), (1, n), dtype=torch.float64, device=H.device)
+    A.copy_(H)
+    if dead is not None:
+        A.diagonal()[dead] = 1.0
+    A.diagonal().add_(damp)
+    info = torch.empty((), dtype=torch.int32, device=H.device)
+    torch.linalg.cholesky_ex(A, out=(A, info))
+    if info.item() != 0:
+        return None
+    torch.cholesky_inverse(A, out=A)
+    torch.linalg.cholesky_ex(A, upper=True, out=(A, info))
+    if info.item() != 0 or not torch.isfinite(A).all():
+        return None
+    return A
+
+
+def inverse_hessian_factor(
+    H: torch.Tensor, percdamp: float, dead: torch.Tensor | None = None
+) -> tuple[torch.Tensor, float, int]:
     """Upper Cholesky factor U of (H + λI)⁻¹ with λ = percdamp · mean(diag H), in float64.
 
-    H: (in, in) symmetric. Raises the damping tenfold while a factorisation fails.
-    Returns (U (in, in) float64, the percdamp used, how many times it was raised).
+    H: (in, in) symmetric, not modified; dead: (in,) bool, inputs never active, whose
+    diagonal counts as 1 (in the mean too). Raises the damping tenfold while a
+    factorisation fails. Returns (U (in, in) float64, column-major, the percdamp used, how
+    many times it was raised).
     """
-    mean_diag = H.diagonal().to(torch.float64).mean().item()
+    diag = H.diagonal().to(torch.float64)  # (in,) a copy
+    if dead is not None:
+        diag[dead] = 1.0
+    mean_diag = diag.mean().item()
+    del diag
     if not (math.isfinite(mean_diag) and mean_diag > 0):
         raise NumericalError(
             f"SparseGPT: the Hessian diagonal has mean {mean_diag}; the calibration statistics "
@@ -92,17 +123,9 @@ def inverse_hessian_factor(H: torch.Tensor, percdamp: float) -> tuple[torch.Tens
         )
     damp, attempt = percdamp, 0
     while True:
-        A = H.to(torch.float64, copy=True)
-        A.diagonal().add_(damp * mean_diag)
-        L, info = torch.linalg.cholesky_ex(A)
-        del A  # (in, in) float64 each: hold at most two at once (peak memory, issue #16)
-        if info.item() == 0:
-            inv = torch.cholesky_inverse(L)
-            del L
-            U, info = torch.linalg.cholesky_ex(inv, upper=True)
-            del inv
-            if info.item() == 0 and torch.isfinite(U).all():
-                return U, damp, attempt
+        U = _damped_factor(H, damp * mean_diag, dead)
+        if U is not None:
+            return U, damp, attempt
         if damp * 10 > MAX_PERCDAMP * (1 + 1e-9):
             raise NumericalError(
                 f"SparseGPT: the Hessian ({H.shape[0]}x{H.shape[1]}) is not positive definite "
@@ -159,12 +182,12 @@ def sparsegpt_prune(
     if nm is None and sparsity == 0.0:
         return W, mask, {}
 
-    H = H.detach().to(device=W.device, dtype=torch.float32, copy=True)
+    # read only: no float32 copy (the dead inputs' diagonal is set in the float64 factor)
+    H = H.detach().to(device=W.device, dtype=torch.float32)
     dead = H.diagonal() == 0  # (in,) inputs that are always 0: any weight there is free
-    H.diagonal()[dead] = 1.0
     W[:, dead] = 0.0
-    U64, used_percdamp, increases = inverse_hessian_factor(H, percdamp)
-    U = U64.to(torch.float32)  # (in, in) upper triangular
+    U64, used_percdamp, increases = inverse_hessian_factor(H, percdamp, dead)
+    U = U64.to(torch.float32)  # (in, in) upper triangular, column-major like U64
     del H, U64
 
     losses = torch.zeros(rows, dtype=torch.float32, device=W.device)
