@@ -120,11 +120,11 @@ def main(args) -> None:
     idle = run_phase(args, "idle")
     dense = run_phase(args, "eval-source")
     rows = [("dense (eval)", dense["peak_rss"], dense["peak_rss"], dense["ppl"], float("nan"))]
-    for method in METHODS:
+    for method, s in METHODS.items():
         pruned = run_phase(args, f"prune-{method}")
         ev = run_phase(args, f"eval-{method}")
         re = run_phase(args, f"reload-{method}")
-        rows.append((method, pruned["peak_rss"], ev["peak_rss"], ev["ppl"], re["ppl"]))
+        rows.append((f"{method} {s:.0%}", pruned["peak_rss"], ev["peak_rss"], ev["ppl"], re["ppl"]))
     print()
     print(
         f"weight bytes (source, float32): {weights:,} ({weights / 2**20:.0f} MiB); "
@@ -133,15 +133,19 @@ def main(args) -> None:
     print(
         f"calibration {args.nsamples} x {args.calib_seqlen} tokens, eval {args.windows} x {args.seqlen}"
     )
-    head = f"{'method':14s} {'prune peak RSS':>15s} {'eval peak RSS':>14s} {'ratio':>7s} {'goal':>5s} {'ppl streamed':>13s} {'ppl reloaded':>13s}"
+    head = (
+        f"{'method':14s} {'weight bytes':>13s} {'prune peak RSS':>15s} {'eval peak RSS':>14s} "
+        f"{'ratio':>7s} {'goal':>5s} {'ppl streamed':>13s} {'ppl reloaded':>13s} {'same':>5s}"
+    )
     print(head)
     print("-" * len(head))
     for method, p_rss, e_rss, ppl, ppl_re in rows:
         ratio = max(p_rss, e_rss) / weights
         ok = "yes" if ratio <= GOAL else "NO"
+        same = "-" if ppl_re != ppl_re else ("yes" if abs(ppl_re - ppl) <= 1e-5 * ppl else "NO")
         print(
-            f"{method:14s} {p_rss / 2**20:11.0f} MiB {e_rss / 2**20:10.0f} MiB {ratio:7.1%} {ok:>5s} "
-            f"{ppl:13.4f} {ppl_re:13.4f}"
+            f"{method:14s} {weights / 2**20:9.0f} MiB {p_rss / 2**20:11.0f} MiB "
+            f"{e_rss / 2**20:10.0f} MiB {ratio:7.1%} {ok:>5s} {ppl:13.4f} {ppl_re:13.4f} {same:>5s}"
         )
     if not args.keep:
         shutil.rmtree(args.workdir, ignore_errors=True)
