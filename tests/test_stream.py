@@ -8,6 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from core.adapter import ModelAdapter
 from core.adapters import adapter_for
+from core.apply import apply_prune
 from core.config import PruneConfig
 from core.errors import ConfigError
 from core.layer_inputs import linear_inputs
@@ -15,7 +16,6 @@ from core.methods.slicegpt import load_sliced
 from core.models import LoadedModel, build_tiny_model, byte_tokenizer
 from core.offload import Offload
 from core.perplexity import evaluate_perplexity, layerwise_perplexity
-from core.runs.apply import apply_prune
 from core.stream.pipeline import open_streamed, perplexity_streamed, prune_streamed
 from core.stream.residency import materialised
 

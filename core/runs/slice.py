@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 
+from core.apply import apply_prune
 from core.methods.slicegpt import save_sliced
 from core.models import LoadedModel
 from core.names import A_SPECTRA, T_BOUNDARIES
-from core.runs.apply import apply_prune
 from core.runs.common import Prologue, changed_model_kind
 from core.runs.measure import memory_report, start_phase, writing_folder
 from core.runs.streamed import StreamedStep, streamed_kind
