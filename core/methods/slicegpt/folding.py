@@ -82,7 +82,7 @@ def _fold_into(lin: nn.Linear, gamma: torch.Tensor, beta: torch.Tensor | None) -
         else:
             lin.bias.data = (lin.bias.detach().double() + shift).to(W.dtype)
     g = gamma.double().to(W.device)
-    lin.weight.data = map_rows(W, lambda rows: rows.double() * g)
+    map_rows(W, lambda rows: rows.double() * g, inplace=True)  # W shares lin.weight's storage
 
 
 def fold_layer_norms(adapter: ModelAdapter, index: int) -> None:

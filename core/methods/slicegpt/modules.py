@@ -117,12 +117,18 @@ class SliceSpec:
 ROW_CHUNK = 4096  # rows of a weight transformed at once in float64 (bounds the transient)
 
 
-def map_rows(W: torch.Tensor, fn, chunk: int = ROW_CHUNK) -> torch.Tensor:
+def map_rows(W: torch.Tensor, fn, chunk: int = ROW_CHUNK, inplace: bool = False) -> torch.Tensor:
     """fn applied to row blocks of W (R, ·) -> (R, ·) in W's dtype, ``chunk`` rows at a time.
 
     The float64 products of a 128k-vocabulary embedding or head would otherwise take several
     times the matrix's own bytes at once; row blocks of a matrix product are independent.
+    inplace (fn keeps the width): each block's result overwrites its rows of W, so no second
+    matrix exists (a 32k x 1024 head is 125 MiB; peak memory, issue #16).
     """
+    if inplace:
+        for start in range(0, W.shape[0], chunk):
+            W[start : start + chunk] = fn(W[start : start + chunk])
+        return W
     first = fn(W[:chunk]).to(W.dtype)
     out = torch.empty(W.shape[0], *first.shape[1:], dtype=W.dtype, device=W.device)
     out[: first.shape[0]] = first
