@@ -137,6 +137,22 @@ def map_rows(W: torch.Tensor, fn, chunk: int = ROW_CHUNK, inplace: bool = False)
     return out
 
 
+def map_rows_narrowing(W: torch.Tensor, fn, chunk: int = ROW_CHUNK) -> torch.Tensor:
+    """``map_rows`` for an fn that narrows rows (R, d) -> (R, d′ ≤ d), written over W's own
+    storage: block [a, b) lands on elements [a·d′, b·d′), which hold only rows already read
+    (b·d′ ≤ b·d), so no second matrix is allocated (a 32k-vocabulary embedding or head:
+    94 MiB; peak memory, issue #16). Returns the (R, d′) view; W must not be used after."""
+    if not W.is_contiguous():
+        return map_rows(W, fn, chunk)
+    flat = W.view(-1)
+    width = W.shape[1]
+    for start in range(0, W.shape[0], chunk):
+        block = fn(W[start : start + chunk]).to(W.dtype)  # (b - a, d′), a copy
+        width = block.shape[1]
+        flat[start * width : start * width + block.numel()] = block.reshape(-1)
+    return flat[: W.shape[0] * width].view(W.shape[0], width)
+
+
 def set_linear(lin: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
     """Give ``lin`` a new (out, in) weight (and bias), updating its declared shape."""
     lin.weight = nn.Parameter(weight.contiguous(), requires_grad=lin.weight.requires_grad)
