@@ -144,9 +144,10 @@ def summary_lines(command: str, m: dict[str, Any]) -> list[str]:
                 f"width d' = {m['d_sliced']} of {m['d']} (s_eff = {m['s_eff']:.4f}); "
                 f"parameters {m['n_params_sliced']:,} vs {m['n_params_dense']:,} dense"
             )
-            lines.append(
-                f"forward latency: {m['latency_ms']:.1f} ms vs {m['latency_ms_dense']:.1f} ms dense"
-            )
+            if "latency_ms" in m:  # not measured when streamed
+                lines.append(
+                    f"forward latency: {m['latency_ms']:.1f} ms vs {m['latency_ms_dense']:.1f} ms dense"
+                )
         if "achieved_sparsity" in m:
             lines.append(
                 f"achieved sparsity: {m['achieved_sparsity']:.4f} of targeted weights "

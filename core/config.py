@@ -27,14 +27,21 @@ def _check(cond: bool, msg: str) -> None:
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """A model and where it runs. stream: never hold it; build it on the meta device and read
+    one module at a time from its safetensors files, writing the changed model shard by
+    shard (``core.stream``; same numbers as in memory). It enters the config only when on,
+    so in-memory runs keep their ids."""
+
     name: str = "smollm2-135m"
     device: str = "auto"
     dtype: str = "auto"
     trust_remote_code: bool = False
     revision: str | None = None
+    stream: bool = False
 
     def __post_init__(self) -> None:
         _check(bool(self.name.strip()), "model name is empty")
+        _check(isinstance(self.stream, bool), f"stream must be true or false, got {self.stream!r}")
 
 
 @dataclass(frozen=True)
@@ -139,7 +146,10 @@ class RunConfig:
     extra: tuple[tuple[str, Any], ...] = ()  # kind-specific settings (e.g. sweep grid)
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))
+        d = _plain(dataclasses.asdict(self))
+        if not self.model.stream:  # off: the ids of runs from before the option stay valid
+            del d["model"]["stream"]
+        return d
 
     def canonical_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))

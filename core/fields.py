@@ -76,6 +76,16 @@ MODEL = _group(
         "model revision on the Hub",
         advanced=True,
     ),
+    Field(
+        "stream",
+        "Stream the weights from disk (models larger than RAM or the GPU)",
+        "never hold the model: read one decoder layer at a time from its safetensors files "
+        "and write the changed model shard by shard into the run folder (same numbers; "
+        "no effective dimension, latency, attention errors or zero-shot tasks)",
+        False,
+        FLAG,
+        advanced=True,
+    ),
 )
 
 _DATA_DIR = Field(

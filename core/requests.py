@@ -129,7 +129,9 @@ def _absolute(path: str | None) -> str | None:
 # ---- config parts --------------------------------------------------------------------------------
 def model_spec(v: Mapping[str, Any]) -> ModelSpec:
     check_model_name(v["model"])
-    return ModelSpec(v["model"], v["device"], v["dtype"], v["trust_remote_code"], v["revision"])
+    return ModelSpec(
+        v["model"], v["device"], v["dtype"], v["trust_remote_code"], v["revision"], v["stream"]
+    )
 
 
 def data_spec(name: str, split: str | None, data_dir: str | None, role: str = "eval") -> DataSpec:

@@ -7,6 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from core.adapters import ModelAdapter, adapter_for
+from core.apply import apply_prune
 from core.config import PruneConfig
 from core.errors import ConfigError
 from core.layer_inputs import linear_inputs
@@ -14,7 +15,6 @@ from core.methods.slicegpt import load_sliced
 from core.models import LoadedModel, build_tiny_model, byte_tokenizer
 from core.offload import Offload
 from core.perplexity import evaluate_perplexity, layerwise_perplexity
-from core.runs.apply import apply_prune
 from core.stream.pipeline import open_streamed, perplexity_streamed, prune_streamed
 from core.stream.residency import materialised
 

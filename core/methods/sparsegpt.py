@@ -57,6 +57,7 @@ MAX_PERCDAMP = 1.0
 #   "threshold": the reference's ``score <= sorted(score)[⌊p·numel⌋]``, one more per block
 #            (more on ties).
 MASK_SELECTIONS = ("exact", "threshold")
+_SCALE_ROWS = 256  # rows of H scaled at once into the float64 factor buffer
 
 
 def check_sparsegpt_options(percdamp: float, blocksize: int, selection: str = "threshold") -> None:
@@ -79,13 +80,52 @@ def block_mask(scores: torch.Tensor, sparsity: float, rows: int, i1: int, i2: in
     return lowest_k_mask(scores, k, dim=None)
 
 
-def inverse_hessian_factor(H: torch.Tensor, percdamp: float) -> tuple[torch.Tensor, float, int]:
+def _damped_factor(
+    H: torch.Tensor, damp: float, dead: torch.Tensor | None, scale: float = 1.0
+) -> torch.Tensor | None:
+    """The three LAPACK steps on one column-major float64 buffer, overwritten in place:
+    A = scale·H + λI (scaled in H's float32, row block by row block, so scale·H never
+    exists whole; dead inputs' diagonal set to 1) -> L = chol(A) -> A⁻¹ -> U = chol(A⁻¹)ᵀ.
+    Column-major is LAPACK's layout, so no step allocates a second (in, in) float64 matrix
+    (the 2816-wide down projection's is 60 MiB: peak memory, issue #16); the values are
+    those of the out-of-place calls, bit for bit. Returns U, or None if a step failed."""
+    n = H.shape[0]
+    A = torch.empty_strided((n, n), (1, n), dtype=torch.float64, device=H.device)
+    if scale == 1.0:
+        A.copy_(H)
+    else:
+        for i in range(0, n, _SCALE_ROWS):
+            A[i : i + _SCALE_ROWS].copy_(H[i : i + _SCALE_ROWS] * scale)
+    if dead is not None:
+        A.diagonal()[dead] = 1.0
+    A.diagonal().add_(damp)
+    info = torch.empty((), dtype=torch.int32, device=H.device)
+    torch.linalg.cholesky_ex(A, out=(A, info))
+    if info.item() != 0:
+        return None
+    torch.cholesky_inverse(A, out=A)
+    torch.linalg.cholesky_ex(A, upper=True, out=(A, info))
+    if info.item() != 0 or not torch.isfinite(A).all():
+        return None
+    return A
+
+
+def inverse_hessian_factor(
+    H: torch.Tensor, percdamp: float, dead: torch.Tensor | None = None, scale: float = 1.0
+) -> tuple[torch.Tensor, float, int]:
     """Upper Cholesky factor U of (H + λI)⁻¹ with λ = percdamp · mean(diag H), in float64.
 
-    H: (in, in) symmetric. Raises the damping tenfold while a factorisation fails.
-    Returns (U (in, in) float64, the percdamp used, how many times it was raised).
+    H: (in, in) symmetric, not modified, times ``scale`` (taken in H's dtype: the Hessian
+    2·gram/n from the gram without a copy); dead: (in,) bool, inputs never active, whose
+    diagonal counts as 1 (in the mean too). Raises the damping tenfold while a
+    factorisation fails. Returns (U (in, in) float64, column-major, the percdamp used, how
+    many times it was raised).
     """
-    mean_diag = H.diagonal().to(torch.float64).mean().item()
+    diag = (H.diagonal() * scale if scale != 1.0 else H.diagonal()).to(torch.float64)  # (in,)
+    if dead is not None:
+        diag[dead] = 1.0
+    mean_diag = diag.mean().item()
+    del diag
     if not (math.isfinite(mean_diag) and mean_diag > 0):
         raise NumericalError(
             f"SparseGPT: the Hessian diagonal has mean {mean_diag}; the calibration statistics "
@@ -93,17 +133,9 @@ def inverse_hessian_factor(H: torch.Tensor, percdamp: float) -> tuple[torch.Tens
         )
     damp, attempt = percdamp, 0
     while True:
-        A = H.to(torch.float64, copy=True)
-        A.diagonal().add_(damp * mean_diag)
-        L, info = torch.linalg.cholesky_ex(A)
-        del A  # (in, in) float64 each: hold at most two at once (peak memory, issue #16)
-        if info.item() == 0:
-            inv = torch.cholesky_inverse(L)
-            del L
-            U, info = torch.linalg.cholesky_ex(inv, upper=True)
-            del inv
-            if info.item() == 0 and torch.isfinite(U).all():
-                return U, damp, attempt
+        U = _damped_factor(H, damp * mean_diag, dead, scale)
+        if U is not None:
+            return U, damp, attempt
         if damp * 10 > MAX_PERCDAMP * (1 + 1e-9):
             raise NumericalError(
                 f"SparseGPT: the Hessian ({H.shape[0]}x{H.shape[1]}) is not positive definite "
@@ -129,10 +161,12 @@ def sparsegpt_prune(
     blocksize: int = 128,
     percdamp: float = 0.01,
     selection: str = "threshold",
+    h_scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Prune W with SparseGPT's OBS sweep; W and H are not modified.
 
-    W: (out, in); H: (in, in) = 2XXᵀ/n. Unstructured: ⌊p·numel⌋+1 weights per block of
+    W: (out, in); H: (in, in) = 2XXᵀ/n, or XXᵀ with ``h_scale`` = 2/n (the product is then
+    taken in float32 block by block, the same numbers without an (in, in) copy). Unstructured: ⌊p·numel⌋+1 weights per block of
     ``blocksize`` columns, more on ties (``selection="threshold"``), or exactly ⌊p·out·in⌋ in
     all, ties to the lower index (``"exact"``); see MASK_SELECTIONS. N:M: every group of M
     consecutive columns of each row has exactly N pruned, chosen when the sweep reaches the
@@ -160,12 +194,14 @@ def sparsegpt_prune(
     if nm is None and sparsity == 0.0:
         return W, mask, {}
 
-    H = H.detach().to(device=W.device, dtype=torch.float32, copy=True)
-    dead = H.diagonal() == 0  # (in,) inputs that are always 0: any weight there is free
-    H.diagonal()[dead] = 1.0
+    # read only: no float32 copy (the dead inputs' diagonal is set in the float64 factor)
+    H = H.detach().to(device=W.device, dtype=torch.float32)
+    diag = H.diagonal() * h_scale if h_scale != 1.0 else H.diagonal()
+    dead = diag == 0  # (in,) inputs that are always 0: any weight there is free
+    del diag
     W[:, dead] = 0.0
-    U64, used_percdamp, increases = inverse_hessian_factor(H, percdamp)
-    U = U64.to(torch.float32)  # (in, in) upper triangular
+    U64, used_percdamp, increases = inverse_hessian_factor(H, percdamp, dead, h_scale)
+    U = U64.to(torch.float32)  # (in, in) upper triangular, column-major like U64
     del H, U64
 
     losses = torch.zeros(rows, dtype=torch.float32, device=W.device)
@@ -241,9 +277,16 @@ class SparseGPT(LinearwiseMethod):
         stats = job.stats
         if stats is None or stats.n_tokens == 0:
             raise ConfigError("sparsegpt needs calibration statistics from at least one token")
-        H = stats.gram * (2.0 / stats.n_tokens)  # (in, in), a new tensor: the gram is shared
         opts = self.options
+        # H = 2·gram/n, scaled inside block by block: no (in, in) float32 copy (peak memory)
         W, mask, info = sparsegpt_prune(
-            job.W, H, job.sparsity, job.nm, opts.blocksize, opts.percdamp, opts.selection
+            job.W,
+            stats.gram,
+            job.sparsity,
+            job.nm,
+            opts.blocksize,
+            opts.percdamp,
+            opts.selection,
+            h_scale=2.0 / stats.n_tokens,
         )
         return PrunedWeight(W, mask, info)

@@ -16,6 +16,7 @@ from core.progress import ProgressFn, report
 from core.runs.measure import residual_effdim
 from core.runs.resources import effdim_windows, get_eval_windows, get_model
 from core.runs.store_access import result, stored_or_wait, tee
+from core.runs.stream_model import streamed_lm, streamed_perplexity
 from core.store import RunStore
 
 
@@ -31,6 +32,8 @@ def execute_eval(
     cached = stored_or_wait(store, cfg, force, on_progress, "the same dense baseline")
     if cached is not None:
         return cached
+    if cfg.model.stream and lm is None:
+        return _execute_streamed(cfg, store, on_progress, force)
     with store.begin(cfg, force) as writer:
         progress = tee(writer.progress, on_progress)
         report(progress, "load", 0, 1, f"loading {cfg.model.name}")
@@ -51,6 +54,36 @@ def execute_eval(
             "model": lm.adapter.describe(),
             **{f"{EFFDIM_PREFIX}{k}": v for k, v in eff["overall"].items()},
             **peak_report(device),  # GPU peak of the evaluation (and effdim), on CUDA
+        }
+        writer.commit(metrics)
+    return result(cfg, metrics)
+
+
+def _execute_streamed(
+    cfg: RunConfig, store: RunStore, on_progress: ProgressFn | None, force: bool
+) -> dict[str, Any]:
+    """The dense perplexity of a streamed model (``ModelSpec.stream``): every window passes
+    one decoder layer at a time, each read from the safetensors files; same numbers as in
+    memory. The effective dimension is not measured (it needs the whole model at once)."""
+    with store.begin(cfg, force) as writer:
+        progress = tee(writer.progress, on_progress)
+        report(progress, "load", 0, 1, f"opening {cfg.model.name} (streamed)")
+        lm, folder = streamed_lm(cfg.model)
+        windows, data_info = get_eval_windows(lm, cfg.eval)
+        writer.write_env(environment_record(cfg.model.device))
+        device = torch.device(cfg.model.device)
+        reset_peak(device)
+        with oom_as_error(device, "the streamed dense evaluation"):
+            res = streamed_perplexity(
+                cfg.model, folder, windows, cfg.eval.batch_size, progress=progress
+            )
+        writer.write_table(T_EVAL_WINDOWS, res.window_rows())
+        metrics = {
+            **res.to_dict(),
+            "data": data_info,
+            "model": lm.adapter.describe(),
+            "streamed": True,
+            **peak_report(device),
         }
         writer.commit(metrics)
     return result(cfg, metrics)

@@ -24,18 +24,31 @@ from core.models import LoadedModel
 from core.progress import ProgressFn, report
 from core.repdim import collect_residual_dims
 
+QK_MAX_HIDDEN = 2048  # W_Q/W_K are stored for heatmaps up to this width (qk_arrays)
+
+
+def layer_zeros(lm: LoadedModel, layer: nn.Module, roles: tuple[str, ...]) -> list[int]:
+    """[zeros, weights] over a decoder layer's targeted linears, then over all its linears."""
+    z_t = n_t = z_a = n_a = 0
+    for role, lin in lm.adapter.linears(layer).items():
+        w = lin.weight
+        z, n = int((w == 0).sum()), w.numel()
+        z_a, n_a = z_a + z, n_a + n
+        if role in roles:
+            z_t, n_t = z_t + z, n_t + n
+    return [z_t, n_t, z_a, n_a]
+
+
+def sparsity_of(counts: list[int]) -> dict[str, float]:
+    """The run's two sparsities from summed ``layer_zeros``."""
+    z_t, n_t, z_a, n_a = counts
+    return {"achieved_sparsity": z_t / max(n_t, 1), "decoder_sparsity": z_a / max(n_a, 1)}
+
 
 def weight_sparsity(lm: LoadedModel, roles: tuple[str, ...]) -> dict[str, float]:
     """Fraction of exact zeros over the targeted linears and over every decoder linear."""
-    z_t = n_t = z_a = n_a = 0
-    for layer in lm.adapter.layers:
-        for role, lin in lm.adapter.linears(layer).items():
-            w = lin.weight
-            z, n = int((w == 0).sum()), w.numel()
-            z_a, n_a = z_a + z, n_a + n
-            if role in roles:
-                z_t, n_t = z_t + z, n_t + n
-    return {"achieved_sparsity": z_t / max(n_t, 1), "decoder_sparsity": z_a / max(n_a, 1)}
+    counts = [layer_zeros(lm, layer, roles) for layer in lm.adapter.layers]
+    return sparsity_of([sum(c) for c in zip(*counts, strict=True)])
 
 
 def nonzero_params(model: nn.Module) -> int:
@@ -43,7 +56,15 @@ def nonzero_params(model: nn.Module) -> int:
     return sum(int(torch.count_nonzero(p)) for p in model.parameters())
 
 
-def qk_arrays(lm: LoadedModel, max_hidden: int = 2048) -> dict[str, torch.Tensor]:
+def layer_qk(lm: LoadedModel, i: int, layer: nn.Module) -> dict[str, torch.Tensor]:
+    """One layer's W_Q/W_K (float16, CPU) under their ``qk_arrays`` names."""
+    return {
+        f"layer{i}.{role}": lin.weight.detach().to("cpu", torch.float16)
+        for role, lin in lm.adapter.linears(layer, ("q", "k")).items()
+    }
+
+
+def qk_arrays(lm: LoadedModel, max_hidden: int = QK_MAX_HIDDEN) -> dict[str, torch.Tensor]:
     """Pruned W_Q/W_K (float16) per layer for attention heatmaps of any prompt later.
 
     Only for models with hidden size <= max_hidden (SmolLM2: ~26 MB); larger models keep the
@@ -53,8 +74,7 @@ def qk_arrays(lm: LoadedModel, max_hidden: int = 2048) -> dict[str, torch.Tensor
         return {}
     out = {}
     for i, layer in enumerate(lm.adapter.layers):
-        for role, lin in lm.adapter.linears(layer, ("q", "k")).items():
-            out[f"layer{i}.{role}"] = lin.weight.detach().to("cpu", torch.float16)
+        out.update(layer_qk(lm, i, layer))
     return out
 
 

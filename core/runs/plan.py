@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from core.adapters import ROLE_GROUPS, resolve_roles
@@ -31,6 +32,7 @@ from core.geometry import Geometry, model_geometry
 from core.masks import parse_pattern
 from core.methods import get_method, make_method
 from core.methods.slicegpt import sliced_width
+from core.models import TINY_MODELS
 from core.names import MODEL_KINDS, PRUNE, SLICE, SWEEP, ZEROSHOT
 from core.runs.resources import resolve_model_spec
 from core.store import RunStore
@@ -110,10 +112,39 @@ def family_roles(geo: Geometry, targets: str) -> tuple[str, ...]:
     return present
 
 
+def check_stream(cfg: RunConfig, geo: Geometry) -> None:
+    """What a streamed run (``ModelSpec.stream``) cannot do, from the config alone: models
+    without safetensors files (the tiny ones are built in memory), remote code, zero-shot
+    scoring (it runs the whole model), SliceGPT on a LayerNorm family (its residual stream
+    is centred in every layer before slicing starts, which needs all layers at once)."""
+    spec = cfg.model
+    if not spec.stream:
+        return
+    if spec.name in TINY_MODELS:
+        raise ConfigError(
+            f"{spec.name} is built in memory, not read from files: save it to a folder "
+            "(save_pretrained) to stream it"
+        )
+    folder = Path(spec.name).expanduser()
+    if folder.is_dir() and not any(folder.glob("*.safetensors")):
+        raise ConfigError(f"{spec.name} has no safetensors files; streaming reads only those")
+    if spec.trust_remote_code:
+        raise ConfigError("a streamed model is built from transformers' own classes: drop "
+                          "trust_remote_code or stream off")  # fmt: skip
+    if cfg.kind == ZEROSHOT or cfg.extra_value("zeroshot") is not None:
+        raise ConfigError("zero-shot tasks score the whole model at once: run them without stream")
+    if cfg.prune is not None and cfg.prune.method == "slicegpt" and geo.traits.norm == "layernorm":
+        raise ConfigError(
+            f"slicegpt cannot be streamed on a {geo.family} model (LayerNorm: the residual "
+            "stream is centred in every layer before slicing starts); slice it without stream"
+        )
+
+
 def check_run(cfg: RunConfig, geo: Geometry | None = None) -> None:
     """Every size ``cfg`` depends on, against its model's geometry (no weights loaded):
     ``geo``, else the geometry read from the model's config."""
     geo = geo or geometry(cfg.model)
+    check_stream(cfg, geo)
     if cfg.kind != ZEROSHOT:
         check_seqlen(geo, cfg.eval.seqlen)
     if cfg.calib is not None:
@@ -251,9 +282,12 @@ def plan_zeroshot(
         src = RunConfig.from_dict(rec.config)
         if model is not None and model.name != src.model.name:
             raise ConfigError(f"run {rec.id} is of model {src.model.name!r}, not {model.name!r}")
-        spec, source_run = src.model, rec.id
+        # a streamed run's model is rebuilt and scored in memory
+        spec, source_run = dataclasses.replace(src.model, stream=False), rec.id
     elif model is None:
         raise ConfigError("zero-shot evaluation needs a model or a stored run")
+    elif model.stream:
+        raise ConfigError("zero-shot tasks score the whole model at once: run them without stream")
     else:
         spec = resolve_model_spec(model)
         geometry(spec)  # the model exists and is a causal LM

@@ -8,13 +8,15 @@ import dataclasses
 import time
 from typing import Any
 
+import torch
+
 from core.adapters import resolve_roles
+from core.apply import apply_prune
 from core.attention_compare import AttentionProbe
 from core.attention_compare import summarize as summarize_attention
 from core.methods import make_method
 from core.names import A_METHOD, A_QK, T_ALLOCATION, T_ATTENTION_ERRORS, T_LAYERS
 from core.progress import report
-from core.runs.apply import apply_prune
 from core.runs.common import Prologue, changed_model_kind
 from core.runs.measure import (
     memory_report,
@@ -25,6 +27,8 @@ from core.runs.measure import (
     start_phase,
     weight_sparsity,
 )
+from core.runs.streamed import StreamedStep, streamed_kind
+from core.store import RunWriter
 
 PROBE_WINDOWS = 2  # calibration / held-out windows the attention error is measured on
 
@@ -51,6 +55,18 @@ def _probes(p: Prologue, roles: tuple[str, ...]) -> list[AttentionProbe]:
     return [calib, held]
 
 
+def _write_tables(writer: RunWriter, result: Any, alloc_rows: list, attn_rows: list) -> None:
+    """The method's per-linear, allocation and own tables and arrays."""
+    writer.write_table(T_LAYERS, _layer_rows(result.reports))
+    if attn_rows:
+        writer.write_table(T_ATTENTION_ERRORS, attn_rows)
+    writer.write_table(T_ALLOCATION, alloc_rows)
+    for name, rows in result.tables.items():
+        writer.write_table(name, rows)
+    if result.arrays:
+        writer.write_arrays(A_METHOD, result.arrays)
+
+
 def _prune(p: Prologue) -> dict[str, Any]:
     """The prune kind's own step: prune, then store what the method did."""
     prune = p.cfg.prune
@@ -65,15 +81,8 @@ def _prune(p: Prologue) -> dict[str, Any]:
     method = make_method(prune.method, prune.options)
     widths = runner_widths(p.lm, method, roles)
     memory = memory_report(p.lm, p.calib_ids, p.loaded_rss, probe_mb(probes), widths, p.device)
-    p.writer.write_table(T_LAYERS, _layer_rows(result.reports))
     attn_rows = [row for probe in probes for row in probe.errors(p.lm.adapter)]
-    if attn_rows:
-        p.writer.write_table(T_ATTENTION_ERRORS, attn_rows)
-    p.writer.write_table(T_ALLOCATION, alloc_rows)
-    for name, rows in result.tables.items():
-        p.writer.write_table(name, rows)
-    if result.arrays:
-        p.writer.write_arrays(A_METHOD, result.arrays)
+    _write_tables(p.writer, result, alloc_rows, attn_rows)
     qk = qk_arrays(p.lm)
     if qk:
         p.writer.write_arrays(A_QK, qk)
@@ -87,4 +96,22 @@ def _prune(p: Prologue) -> dict[str, Any]:
     }
 
 
-execute_prune = changed_model_kind(_prune, save_model)
+def _record_streamed(s: StreamedStep) -> dict[str, Any]:
+    """The streamed prune's own step (``core.runs.streamed``): store what the method did;
+    sparsity and W_Q/W_K are read from the written model by the frame."""
+    prune = s.cfg.prune
+    roles = resolve_roles(prune.targets)
+    method = make_method(prune.method, prune.options)
+    result, device = s.run.result, torch.device(s.cfg.model.device)
+    widths = runner_widths(s.lm, method, roles)
+    memory = memory_report(s.lm, s.calib_ids, s.loaded_rss, 0.0, widths, device)
+    _write_tables(s.writer, result, s.run.alloc_rows, [])
+    return {
+        "prune_seconds": s.seconds,
+        "layer_seconds": result.layer_seconds,
+        **method.run_summary(result.tables),
+        **memory,
+    }
+
+
+execute_prune = streamed_kind(changed_model_kind(_prune, save_model), _record_streamed)

@@ -9,6 +9,7 @@ import torch
 from transformers import AutoTokenizer
 
 from core.adapters import adapter_for, resolve_roles
+from core.apply import apply_prune
 from core.config import RunConfig
 from core.device import resolve_dtype
 from core.errors import StoreError
@@ -16,7 +17,6 @@ from core.methods.slicegpt import load_sliced
 from core.models import LoadedModel, load_model
 from core.names import EVAL, SLICE
 from core.progress import ProgressFn, report
-from core.runs.apply import apply_prune
 from core.runs.measure import weight_sparsity
 from core.runs.resources import get_calib_windows, get_model
 from core.store import RunStore

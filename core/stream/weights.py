@@ -57,17 +57,13 @@ class LazyWeights:
         return list(self.files)
 
     def read(self, keys: Iterable[str]) -> dict[str, torch.Tensor]:
-        """The tensors ``keys`` as fresh CPU tensors (copied out of the mapping)."""
+        """The tensors ``keys`` as fresh CPU tensors, read straight into their own memory."""
         by_file: dict[str, list[str]] = defaultdict(list)
         for key in keys:
             by_file[self.files[key]].append(key)
         out = {}
         for file, names in by_file.items():
-            with safe_open(self.folder / file, framework="pt", device="cpu") as f:
-                for key in names:
-                    t = f.get_tensor(key)
-                    out[key] = torch.empty_like(t).copy_(t)  # no reference to the mapping
-                    del t
+            out.update(read_tensors(self.folder / file, names))
         return out
 
     def nbytes(self) -> int:
@@ -76,6 +72,46 @@ class LazyWeights:
 
 
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U8": 1, "BOOL": 1}
+_TORCH_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
+def read_tensors(path: str | Path, keys: Iterable[str]) -> dict[str, torch.Tensor]:
+    """Named tensors of one safetensors file read with plain file reads into fresh CPU
+    tensors. A memory-mapped read (``safe_open``) would keep the file's pages resident
+    beside the copy until the file is closed: twice a 32k-vocabulary embedding's bytes at
+    the peak (issue #16). The format: an 8-byte little-endian header length, the JSON
+    header (dtype, shape, data_offsets per tensor), then the data."""
+    with open(path, "rb", buffering=0) as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        out = {}
+        for key in keys:
+            info = header[key]
+            start, end = info["data_offsets"]
+            t = torch.empty(info["shape"], dtype=_TORCH_DTYPES[info["dtype"]])
+            buf = memoryview(t.reshape(-1).view(torch.uint8).numpy())
+            if len(buf) != end - start:
+                raise ModelLoadError(f"{path}: {key} has {end - start} bytes, expected {len(buf)}")
+            f.seek(8 + n + start)
+            done = 0
+            while done < len(buf):
+                got = f.readinto(buf[done:])
+                if not got:
+                    raise ModelLoadError(f"{path} ends inside tensor {key}")
+                done += got
+            out[key] = t
+    return out
 
 
 def tensor_bytes(path: str | Path) -> int:

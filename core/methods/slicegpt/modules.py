@@ -148,18 +148,40 @@ class SliceSpec:
 ROW_CHUNK = 4096  # rows of a weight transformed at once in float64 (bounds the transient)
 
 
-def map_rows(W: torch.Tensor, fn, chunk: int = ROW_CHUNK) -> torch.Tensor:
+def map_rows(W: torch.Tensor, fn, chunk: int = ROW_CHUNK, inplace: bool = False) -> torch.Tensor:
     """fn applied to row blocks of W (R, ·) -> (R, ·) in W's dtype, ``chunk`` rows at a time.
 
     The float64 products of a 128k-vocabulary embedding or head would otherwise take several
     times the matrix's own bytes at once; row blocks of a matrix product are independent.
+    inplace (fn keeps the width): each block's result overwrites its rows of W, so no second
+    matrix exists (a 32k x 1024 head is 125 MiB; peak memory, issue #16).
     """
+    if inplace:
+        for start in range(0, W.shape[0], chunk):
+            W[start : start + chunk] = fn(W[start : start + chunk])
+        return W
     first = fn(W[:chunk]).to(W.dtype)
     out = torch.empty(W.shape[0], *first.shape[1:], dtype=W.dtype, device=W.device)
     out[: first.shape[0]] = first
     for start in range(chunk, W.shape[0], chunk):
         out[start : start + chunk] = fn(W[start : start + chunk])
     return out
+
+
+def map_rows_narrowing(W: torch.Tensor, fn, chunk: int = ROW_CHUNK) -> torch.Tensor:
+    """``map_rows`` for an fn that narrows rows (R, d) -> (R, d′ ≤ d), written over W's own
+    storage: block [a, b) lands on elements [a·d′, b·d′), which hold only rows already read
+    (b·d′ ≤ b·d), so no second matrix is allocated (a 32k-vocabulary embedding or head:
+    94 MiB; peak memory, issue #16). Returns the (R, d′) view; W must not be used after."""
+    if not W.is_contiguous():
+        return map_rows(W, fn, chunk)
+    flat = W.view(-1)
+    width = W.shape[1]
+    for start in range(0, W.shape[0], chunk):
+        block = fn(W[start : start + chunk]).to(W.dtype)  # (b - a, d′), a copy
+        width = block.shape[1]
+        flat[start * width : start * width + block.numel()] = block.reshape(-1)
+    return flat[: W.shape[0] * width].view(W.shape[0], width)
 
 
 def set_linear(lin: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from core.errors import ConfigError
-from core.methods.slicegpt.modules import map_rows, set_embedding, set_linear
+from core.methods.slicegpt.modules import map_rows_narrowing, set_embedding, set_linear
 
 
 def sliced_width(d: int, s: float, round_to: int = 8) -> int:
@@ -95,7 +95,7 @@ def rotate_inputs(lin: nn.Linear, Q: torch.Tensor, width: int) -> None:
     """W ← (W·Q)[:, :width]: the linear reads the rotated, sliced signal. Q (d, d) float64."""
     W = lin.weight.detach()
     Qk = Q[:, :width].to(W.device)
-    set_linear(lin, map_rows(W, lambda rows: rows.double() @ Qk), lin.bias)
+    set_linear(lin, map_rows_narrowing(W, lambda rows: rows.double() @ Qk), lin.bias)
 
 
 def rotate_outputs(lin: nn.Linear, Q: torch.Tensor, width: int) -> None:
@@ -110,7 +110,7 @@ def rotate_embeddings(embed: nn.Embedding, Q: torch.Tensor, width: int) -> None:
     """E ← (E·Q)[:, :width] for E (vocab, d)."""
     E = embed.weight.detach()
     Qk = Q[:, :width].to(E.device)
-    set_embedding(embed, map_rows(E, lambda rows: rows.double() @ Qk))
+    set_embedding(embed, map_rows_narrowing(E, lambda rows: rows.double() @ Qk))
 
 
 @contextmanager
