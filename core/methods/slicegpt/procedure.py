@@ -6,8 +6,7 @@ the steps are, through the family's adapter (core/adapters):
 
 1. **Fold** (``untie_head``, ``fold_layer_norms``, ``fold_final_norm``). Each norm's γ (and β)
    moves into the linears that read it, W ← W·diag(γ). What remains is N(x) = x / √(‖x‖²/d + ε)
-   with d the *original* width,
-   which commutes with any orthogonal Q: N(xQ) = N(x)Q (computational invariance, §6). No
+   with d the *original* width, which commutes with any orthogonal Q: N(xQ) = N(x)Q (computational invariance, §6). No
    embedding mean-centring by default: the reference ``fuse_modules`` centres the embeddings
    of every model, which changes the function of an RMSNorm model; without it s = 0 is exactly
    function preserving. ``SliceOptions.center_embeddings`` does what the reference does.
