@@ -3,6 +3,7 @@ liveness and run-folder import in the store, executors' bad input, an in-process
 
 import json
 import math
+import os
 import socket
 import sqlite3
 import time
@@ -13,7 +14,7 @@ from sweep_helpers import start_killer
 from core.cli import main
 from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig, RunConfig
 from core.errors import ConfigError, StoreError, SweepError
-from core.executors import LocalExecutor, pack_runs, unpack_runs
+from core.executors import LocalExecutor, make_executor, pack_runs, unpack_runs
 from core.heartbeat import STALE_S, Heartbeat, run_alive
 from core.runs import plan_prune, plan_slice
 from core.store import RunStore
@@ -254,3 +255,16 @@ def test_pool_of_two_matches_in_process_and_survives_a_killed_worker(store, tmp_
 def test_local_sweep_checks_the_device_here(store_root, capsys, tiny_flags):
     assert main(["sweep", *tiny_flags, "--method", "wanda", "--device", "cuda"]) == 2
     assert "CUDA is not available" in capsys.readouterr().err and _n_runs(store_root) == 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_private_ray_cluster_shares_the_cores_as_the_local_pool_does(workers):
+    """--executor ray --ray-address local --workers N: a cluster of this machine's cores,
+    each task holding cores // N of them (Ray sets its OMP_NUM_THREADS to that), so one
+    worker runs with every core's threads, as LocalExecutor(1) does."""
+    cores = os.cpu_count() or 1
+    ex = make_executor("ray", workers, ray_address="local")
+    assert ex.address is None and ex.num_cpus == cores
+    assert ex.cpus_per_task == max(1, cores // workers)
+    remote = make_executor("ray", workers, ray_address="10.0.0.1:6379")
+    assert remote.address == "10.0.0.1:6379" and remote.num_cpus is None
