@@ -20,7 +20,6 @@ from typing import Any
 import torch
 
 from core.config import RunConfig
-from core.device_memory import oom_as_error
 from core.environment import environment_record
 from core.memory import peak_rss_mb, proc_status_mb, release_freed, touch_weights
 from core.models import LoadedModel
@@ -31,7 +30,7 @@ from core.runs.dense import execute_eval
 from core.runs.measure import forward_latency_ms, nonzero_params, residual_effdim
 from core.runs.plan import plan_eval
 from core.runs.resources import effdim_windows, get_calib_windows, get_eval_windows, get_model
-from core.runs.store_access import cached_result, result, tee
+from core.runs.store_access import result, reusable, tee, writing
 from core.runs.zeroshot import dense_zeroshot, pruned_zeroshot
 from core.store import RunStore, RunWriter
 
@@ -150,16 +149,10 @@ def run_changed_model(
 ) -> dict[str, Any]:
     """Prologue, the kind's ``change`` (it changes the model, writes its own tables and
     returns its metrics), epilogue; a stored run is reused unless forced or saving."""
-    cached = cached_result(store, cfg, opts.force) if opts.save_dir is None else None
+    cached = reusable(store, cfg, opts.force, opts.save_dir)
     if cached is not None:
         return cached
-    # inside the writer: an out-of-memory error becomes one clear message, the writer marks
-    # the run failed and drops its folder (and a --save folder is only moved into place
-    # once complete)
-    with (
-        store.begin(cfg, opts.force) as writer,
-        oom_as_error(cfg.model.device, f"the {cfg.kind} run"),
-    ):
+    with writing(store, cfg, opts.force, f"the {cfg.kind} run") as writer:
         p = prologue(cfg, opts, store, writer, tee(writer.progress, on_progress))
         own = change(p)
         metrics = epilogue(p, own, lambda folder: save(p.lm, folder), opts.save_dir)

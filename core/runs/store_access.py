@@ -3,12 +3,15 @@ for another process computing it, and the result dict every run returns."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from core.config import RunConfig
+from core.device_memory import oom_as_error
 from core.errors import StoreError
 from core.progress import ProgressFn, report
-from core.store import RunStore
+from core.store import RunStore, RunWriter
 
 
 def result(cfg: RunConfig, metrics: dict[str, Any], cached: bool = False) -> dict[str, Any]:
@@ -32,6 +35,22 @@ def cached_result(store: RunStore, cfg: RunConfig, force: bool) -> dict[str, Any
         "metrics": store.load(rec.id).metrics,
         "cached": True,
     }
+
+
+def reusable(
+    store: RunStore, cfg: RunConfig, force: bool, save_dir: str | None
+) -> dict[str, Any] | None:
+    """The finished run with ``cfg``'s id, unless forced or saving (a save must write)."""
+    return cached_result(store, cfg, force) if save_dir is None else None
+
+
+@contextmanager
+def writing(store: RunStore, cfg: RunConfig, force: bool, what: str) -> Iterator[RunWriter]:
+    """The run's writer. Inside it an out-of-memory error becomes one clear message naming
+    ``what``; the writer then marks the run failed and drops its folder (a --save folder is
+    only moved into place once the run is complete)."""
+    with store.begin(cfg, force) as writer, oom_as_error(cfg.model.device, what):
+        yield writer
 
 
 def stored_or_wait(

@@ -25,7 +25,6 @@ import torch
 
 from core.adapters import resolve_roles
 from core.config import RunConfig
-from core.device_memory import oom_as_error
 from core.environment import environment_record
 from core.memory import peak_rss_mb, proc_status_mb, release_freed
 from core.models import LoadedModel
@@ -36,7 +35,7 @@ from core.runs.dense import execute_eval
 from core.runs.measure import start_phase
 from core.runs.plan import plan_eval
 from core.runs.resources import get_calib_windows, get_eval_windows
-from core.runs.store_access import cached_result, result, tee
+from core.runs.store_access import result, reusable, tee, writing
 from core.runs.stream_model import folder_measures, run_dtype, streamed_lm, streamed_perplexity
 from core.store import RunStore, RunWriter
 from core.stream.pipeline import StreamedRun, prune_streamed
@@ -70,13 +69,10 @@ def run_streamed(
     record: Record,
 ) -> dict[str, Any]:
     """Dense baseline, the streamed change, the kind's ``record``, streamed perplexity."""
-    cached = cached_result(store, cfg, opts.force) if opts.save_dir is None else None
+    cached = reusable(store, cfg, opts.force, opts.save_dir)
     if cached is not None:
         return cached
-    with (
-        store.begin(cfg, opts.force) as writer,
-        oom_as_error(cfg.model.device, f"the streamed {cfg.kind} run"),
-    ):
+    with writing(store, cfg, opts.force, f"the streamed {cfg.kind} run") as writer:
         progress = tee(writer.progress, on_progress)
         report(progress, "load", 0, 1, f"opening {cfg.model.name} (streamed)")
         lm, source = streamed_lm(cfg.model)
