@@ -211,6 +211,7 @@ def sweep_spec(given: Mapping[str, Any]) -> SweepSpec:
         shared,
         zeroshot_config(v),
         own,
+        v["measure"],
     )
 
 
@@ -246,6 +247,7 @@ def _plan_sweep(v: Mapping[str, Any]) -> RunConfig:
         parse_options(v["option"]),
         zeroshot_config(v),
         parse_seeds(v["seeds"]),
+        v["measure"],
     )
 
 
@@ -258,10 +260,11 @@ def plan_request(
         return plan_eval(model_spec(v), eval_config(v))
     if command == "prune":
         parts = (model_spec(v), prune_config(v), calib_config(v), eval_config(v))
-        return plan_prune(*parts, zeroshot_config(v))
+        return plan_prune(*parts, zeroshot_config(v), v["measure"])
     if command == "slice":
         prune = PruneConfig("slicegpt", v["sparsity"], options=parse_options(v["option"]))
-        return plan_slice(model_spec(v), prune, calib_config(v), eval_config(v), zeroshot_config(v))
+        parts = (model_spec(v), prune, calib_config(v), eval_config(v))
+        return plan_slice(*parts, zeroshot_config(v), v["measure"])
     if command == "sweep":
         return _plan_sweep(v)
     return _plan_zeroshot(v, store)

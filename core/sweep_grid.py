@@ -18,7 +18,15 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from core.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig, RunConfig, ZeroShotConfig
+from core.config import (
+    FULL,
+    CalibConfig,
+    EvalConfig,
+    ModelSpec,
+    PruneConfig,
+    RunConfig,
+    ZeroShotConfig,
+)
 from core.errors import ConfigError
 from core.masks import parse_pattern
 from core.names import EVAL
@@ -43,6 +51,7 @@ class SweepSpec:
     zeroshot: ZeroShotConfig | None = None
     # (method, options) pairs: one method's own options, on top of ``options``
     method_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    measure: str = FULL  # every point's (core.config.MEASURES)
 
     def __post_init__(self) -> None:
         for axis in ("methods", "sparsities", "patterns", "allocations", "seeds"):
@@ -99,7 +108,7 @@ def plan_point(spec: SweepSpec, model: ModelSpec, p: dict[str, Any]) -> RunConfi
         options=point_options(spec, p["method"]),
     )
     calib = dataclasses.replace(spec.calib, seed=p["seed"])
-    return prune_run_config(model, prune, calib, spec.eval, spec.zeroshot)
+    return prune_run_config(model, prune, calib, spec.eval, spec.zeroshot, spec.measure)
 
 
 def baselines(spec: SweepSpec, model: ModelSpec) -> list[RunConfig]:

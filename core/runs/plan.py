@@ -17,6 +17,7 @@ from typing import Any
 
 from core.adapters import ROLE_GROUPS, resolve_roles
 from core.config import (
+    FULL,
     CalibConfig,
     EvalConfig,
     ModelSpec,
@@ -158,11 +159,14 @@ def plan_prune(
     calib: CalibConfig,
     eval_cfg: EvalConfig,
     zeroshot: ZeroShotConfig | None = None,
+    measure: str = FULL,
 ) -> RunConfig:
     """The resolved config of a run applying ``prune.method``: kind 'prune' for layer-wise
     methods, the method's own kind ('slice' for SliceGPT) otherwise. Zero-shot settings
-    enter the config only when given, so runs without keep their ids."""
-    cfg = prune_run_config(resolve_model_spec(model), prune, calib, eval_cfg, zeroshot)
+    enter the config only when given, so runs without keep their ids; so does ``measure``
+    (core.config.MEASURES) at its default."""
+    model = resolve_model_spec(model)
+    cfg = prune_run_config(model, prune, calib, eval_cfg, zeroshot, measure)
     check_run(cfg)
     return cfg
 
@@ -185,13 +189,14 @@ def prune_run_config(
     calib: CalibConfig,
     eval_cfg: EvalConfig,
     zeroshot: ZeroShotConfig | None,
+    measure: str = FULL,
 ) -> RunConfig:
     """The config of ``plan_prune`` for an already resolved ``model``, before the geometry
     checks (a sweep's grid makes them once it knows whether the config is readable)."""
     prune = resolve_prune_config(prune)
     extra = (("zeroshot", zeroshot_dict(zeroshot)),) if zeroshot is not None else ()
     kind = get_method(prune.method).run_kind
-    return RunConfig(kind, model, eval_cfg, calib, prune, extra)
+    return RunConfig(kind, model, eval_cfg, calib, prune, extra, measure)
 
 
 def plan_sweep(
@@ -202,6 +207,7 @@ def plan_sweep(
     options: tuple = (),
     zeroshot: ZeroShotConfig | None = None,
     seeds: tuple[int, ...] = (),
+    measure: str = FULL,
 ) -> RunConfig:
     """A SliceGPT sweep over the grid; every point is validated. ``seeds``: calibration seeds,
     one slice run per (s, seed) so the intervals resample the calibration draw too (empty:
@@ -218,7 +224,8 @@ def plan_sweep(
         extra += (("seeds", tuple(seeds)),)
     if zeroshot is not None:
         extra += (("zeroshot", zeroshot_dict(zeroshot)),)
-    cfg = RunConfig(SWEEP, resolve_model_spec(model), eval_cfg, calib, base, extra=extra)
+    model = resolve_model_spec(model)
+    cfg = RunConfig(SWEEP, model, eval_cfg, calib, base, extra=extra, measure=measure)
     check_run(cfg)
     return cfg
 
@@ -231,7 +238,10 @@ def sweep_points(cfg: RunConfig) -> list[tuple[float, list[RunConfig]]]:
     points = []
     for s in cfg.extra_value("sparsities"):
         prune = resolve_prune_config(dataclasses.replace(cfg.prune, sparsity=s))
-        points.append((s, [RunConfig(SLICE, cfg.model, cfg.eval, c, prune, extra) for c in calibs]))
+        configs = [
+            RunConfig(SLICE, cfg.model, cfg.eval, c, prune, extra, cfg.measure) for c in calibs
+        ]
+        points.append((s, configs))
     return points
 
 
