@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.adapters import resolve_roles
 from core.errors import ConfigError
-from core.masks import parse_pattern
+from core.patterns import parse_pattern
+from core.role_names import resolve_roles
 from core.zeroshot_tasks import parse_tasks
 
 DATASETS = ("wikitext2", "c4", "pydoc")  # plus "file:<path>" for any text/jsonl file

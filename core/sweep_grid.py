@@ -28,8 +28,8 @@ from core.config import (
     ZeroShotConfig,
 )
 from core.errors import ConfigError
-from core.masks import parse_pattern
 from core.names import EVAL
+from core.patterns import parse_pattern
 from core.runs.plan import check_run, prune_run_config, readable_geometry, zeroshot_run_config
 from core.runs.resources import resolve_model_spec
 

@@ -15,7 +15,6 @@ import dataclasses
 from functools import lru_cache
 from typing import Any
 
-from core.adapters import ROLE_GROUPS, resolve_roles
 from core.config import (
     FULL,
     CalibConfig,
@@ -29,10 +28,11 @@ from core.config import (
 )
 from core.errors import ConfigError, ModelLoadError, StoreError
 from core.geometry import Geometry, model_geometry
-from core.masks import parse_pattern
 from core.methods import get_method, make_method
 from core.methods.slicegpt import sliced_width
 from core.names import MODEL_KINDS, PRUNE, SLICE, SWEEP, ZEROSHOT
+from core.patterns import parse_pattern
+from core.role_names import ROLE_GROUPS, resolve_roles
 from core.runs.resources import resolve_model_spec
 from core.store import RunStore
 
