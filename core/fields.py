@@ -27,8 +27,8 @@ from core.field import (
     TEXT,
     Field,
 )
-from core.methods import available_methods
-from core.models import available_models
+from core.method_names import METHOD_NAMES
+from core.model_names import available_models
 from core.sweep_fields import SWEEP_CALIB, SWEEP_GRID, method_list, sweep_reference
 from core.zeroshot_tasks import TASK_NAMES
 
@@ -180,7 +180,7 @@ PRUNE = _group(
         "magnitude, wanda, sparsegpt, slicegpt, attention-gd",
         "wanda",
         TEXT,
-        tuple(available_methods()),
+        METHOD_NAMES,
     ),
     Field(
         "sparsity",

@@ -25,7 +25,7 @@ from core.data import default_data_dir
 from core.errors import ConfigError
 from core.field import FLAG, FLOAT, INT, LIST, MULTI, Field, method_list
 from core.fields import command_fields, defaults, sweep_reference
-from core.models import check_model_name
+from core.model_names import check_model_name
 from core.runs import RunOptions, plan_eval, plan_prune, plan_slice, plan_sweep, plan_zeroshot
 from core.store import RunStore
 from core.sweep_grid import SweepSpec
