@@ -144,7 +144,7 @@ def summary_lines(command: str, m: dict[str, Any]) -> list[str]:
                 f"width d' = {m['d_sliced']} of {m['d']} (s_eff = {m['s_eff']:.4f}); "
                 f"parameters {m['n_params_sliced']:,} vs {m['n_params_dense']:,} dense"
             )
-            if "latency_ms" in m:  # not measured when streamed
+            if "latency_ms" in m:  # not measured when streamed or lean
                 lines.append(
                     f"forward latency: {m['latency_ms']:.1f} ms vs {m['latency_ms_dense']:.1f} ms dense"
                 )

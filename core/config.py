@@ -12,12 +12,18 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.adapters import resolve_roles
 from core.errors import ConfigError
-from core.masks import parse_pattern
+from core.patterns import parse_pattern
+from core.role_names import resolve_roles
 from core.zeroshot_tasks import parse_tasks
 
 DATASETS = ("wikitext2", "c4", "pydoc")  # plus "file:<path>" for any text/jsonl file
+# What a prune/slice run measures beyond perplexity and kept parameters: "full" adds the
+# forward latency before and after the change and the changed model's effective dimension;
+# "lean" skips both (about 20 s a run on a CPU at demo size). The default is left out of the
+# canonical JSON, so every run id from before this setting existed stays the same.
+FULL, LEAN = "full", "lean"
+MEASURES = (FULL, LEAN)
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -136,7 +142,8 @@ class ZeroShotConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """A whole run: kind in {'eval', 'prune', 'slice', 'sweep', 'effdim', 'zeroshot'}."""
+    """A whole run: kind in {'eval', 'prune', 'slice', 'sweep', 'effdim', 'zeroshot'};
+    ``measure``: FULL or LEAN (see MEASURES), in the run id only when LEAN."""
 
     kind: str
     model: ModelSpec = field(default_factory=ModelSpec)
@@ -144,12 +151,23 @@ class RunConfig:
     calib: CalibConfig | None = None
     prune: PruneConfig | None = None
     extra: tuple[tuple[str, Any], ...] = ()  # kind-specific settings (e.g. sweep grid)
+    measure: str = FULL
+
+    def __post_init__(self) -> None:
+        _check(self.measure in MEASURES, f"measure must be one of {MEASURES}, got {self.measure!r}")
+
+    @property
+    def lean(self) -> bool:
+        return self.measure == LEAN
 
     def to_dict(self) -> dict[str, Any]:
-        d = _plain(dataclasses.asdict(self))
-        if not self.model.stream:  # off: the ids of runs from before the option stay valid
-            del d["model"]["stream"]
-        return d
+        out = _plain(dataclasses.asdict(self))
+        # defaults of options added later stay out, so the ids of runs from before them hold
+        if not self.model.stream:
+            del out["model"]["stream"]
+        if self.measure == FULL:
+            del out["measure"]
+        return out
 
     def canonical_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -181,6 +199,7 @@ class RunConfig:
             calib=CalibConfig(**{**calib, "data": data(calib["data"])}) if calib else None,
             prune=PruneConfig(**prune) if prune else None,
             extra=tuple(sorted((d.get("extra") or {}).items())),
+            measure=d.get("measure", FULL),
         )
 
 

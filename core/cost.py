@@ -234,9 +234,13 @@ def probe_flops(cfg: RunConfig, shape: Shape) -> float:
 
 def changed_model_flops(cfg: RunConfig, shape: Shape) -> float:
     """Around the change: the latency before and after, the attention probes, then the
-    changed model's perplexity, effective dimension and accuracy."""
+    changed model's perplexity, effective dimension and accuracy (a lean run: neither the
+    latency nor the effective dimension, core.config.MEASURES)."""
+    zeroshot = zeroshot_flops(cfg.extra_value("zeroshot"), shape)
+    if cfg.lean:
+        return probe_flops(cfg, shape) + eval_flops(cfg, shape) + zeroshot
     extras = latency_flops(cfg, shape) + probe_flops(cfg, shape)
-    return extras + dense_flops(cfg, shape) + zeroshot_flops(cfg.extra_value("zeroshot"), shape)
+    return extras + dense_flops(cfg, shape) + zeroshot
 
 
 def prune_phase_flops(cfg: RunConfig, shape: Shape) -> float:

@@ -10,7 +10,11 @@ calibration tokens, 4 evaluation windows of 64), so the numbers are real but noi
 Prune page's presets are the ones to quote. Sized so the set's estimate (core.estimate) is
 minutes on a CPU: every prune or slice run pays a fixed share (start-up, the latency
 forwards before and after, the effective dimension's eigendecompositions), so the set keeps
-few runs, small windows and a short zero-shot sample.
+few runs, small windows and a short zero-shot sample, and measures lean (no latency, no
+effective dimension of the changed model: core.config.MEASURES) on every piece but Wanda
+50%, whose effective dimension the Representation dimension page plots beside the dense
+run's. No page needs the latency: the matched-budget chart's latency axis shows the runs
+that have it (its default axis, kept parameters, is measured by every run).
 
     start_demo(store, "smollm2-135m")
     status = demo_status(store)              # core.jobs.queue.QueueStatus or None
@@ -23,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.config import RunConfig
+from core.config import FULL, LEAN, RunConfig
 from core.data import default_data_dir
 from core.estimate import estimate_many, estimate_seconds
 from core.fields import PRESETS
@@ -63,13 +67,13 @@ def _offline() -> dict[str, str]:
     return {} if default_data_dir() is not None else {"calib": "pydoc", "eval": "pydoc"}
 
 
-def _data(model: str) -> dict[str, Any]:
+def _data(model: str, measure: str = LEAN) -> dict[str, Any]:
     """Model, the demo preset's token counts and the corpora of a prune / slice / sweep."""
-    return {"model": model, **PRESETS["demo"], **_offline()}
+    return {"model": model, **PRESETS["demo"], **_offline(), "measure": measure}
 
 
-def _prune(model: str, method: str, **extra: Any) -> dict[str, Any]:
-    return {**_data(model), "method": method, "sparsity": 0.5, **extra}
+def _prune(model: str, method: str, measure: str = LEAN, **extra: Any) -> dict[str, Any]:
+    return {**_data(model, measure), "method": method, "sparsity": 0.5, **extra}
 
 
 def _dense(model: str) -> dict[str, Any]:
@@ -84,7 +88,7 @@ def demo_pieces(model: str = DEFAULT_MODEL) -> tuple[Piece, ...]:
     qk = {"targets": "qk"}
     return (
         Piece("dense", "Dense baseline", "eval", _dense(model), PAGE_RUNS),
-        Piece("wanda", "Wanda 50%", "prune", _prune(model, "wanda"), PAGE_ATTENTION),
+        Piece("wanda", "Wanda 50%", "prune", _prune(model, "wanda", FULL), PAGE_ATTENTION),
         Piece(
             "sweep",
             f"SliceGPT sweep s = {SWEEP_GRID}",

@@ -7,7 +7,8 @@ only, ``core.geometry``) and the run's token counts, phase by phase:
   token, plus causal attention 2·L·heads·head_dim per layer), for the dense baseline when
   the store lacks it and again for the changed model, plus the effective dimension (its
   windows read twice and a d×d eigendecomposition per layer and reading) and, for prune
-  and slice runs, the latency forwards (batch 1) before and after the change;
+  and slice runs, the latency forwards (batch 1) before and after the change (a lean run,
+  core.config.MEASURES, has neither for the changed model);
 - calibration: nsamples × calib_seqlen tokens, twice through every decoder layer (the
   layer-wise runner collects statistics, then re-runs the pruned layer for the next one);
 - the method's own work per targeted linear (out × in): magnitude / Wanda score and sort

@@ -1,6 +1,6 @@
 """Which method runs on which model family, and with which patterns (``python -m core methods``).
 
-Read from each family's tiny model config alone (``core.models.TINY_MODELS``), through the
+Read from each family's tiny model config alone (``core.model_names.TINY_MODELS``), through the
 same ``Method.refusal`` that run planning applies, so the listing and the planner cannot
 disagree. A method refused only for long calibration sequences (attention-GD on a family with
 sliding-window layers) is listed as supported with that condition.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from core.config import DATASETS
+from core.config import DATASETS, FULL, MEASURES
 from core.errors import ConfigError
 from core.field import (
     CHOICE,
@@ -27,8 +27,8 @@ from core.field import (
     TEXT,
     Field,
 )
-from core.methods import available_methods
-from core.models import available_models
+from core.method_names import METHOD_NAMES
+from core.model_names import available_models
 from core.sweep_fields import SWEEP_CALIB, SWEEP_GRID, method_list, sweep_reference
 from core.zeroshot_tasks import TASK_NAMES
 
@@ -172,6 +172,16 @@ _OPTION = Field(
     (),
     LIST,
 )
+_MEASURE = Field(
+    "measure",
+    "Measurements",
+    "full: also the forward latency before and after and the changed model's effective "
+    "dimension; lean: perplexity and kept parameters only (quicker, for demos)",
+    FULL,
+    CHOICE,
+    MEASURES,
+    advanced=True,
+)
 PRUNE = _group(
     "pruning",
     Field(
@@ -180,7 +190,7 @@ PRUNE = _group(
         "magnitude, wanda, sparsegpt, slicegpt, attention-gd",
         "wanda",
         TEXT,
-        tuple(available_methods()),
+        METHOD_NAMES,
     ),
     Field(
         "sparsity",
@@ -226,6 +236,7 @@ PRUNE = _group(
         advanced=True,
     ),
     _OPTION,
+    _MEASURE,
     Field("save", "Save to", "save the pruned model (save_pretrained) in DIR", config=False),
     Field(
         "activations_on_cpu",
@@ -262,6 +273,7 @@ SLICE = _group(
     dataclasses.replace(
         _OPTION, help="round_to=8, damp=0.01, slice_head=false, orientation=pca|random"
     ),
+    _MEASURE,
     Field(
         "save",
         "Save to",
@@ -278,6 +290,7 @@ SWEEP = _group(
         help="KEY=VALUE for every method of the sweep, METHOD.KEY=VALUE for one "
         "(sparsegpt.percdamp=0.02; slicegpt: round_to=8, damp=0.01, orientation=pca|random)",
     ),
+    _MEASURE,
 )
 ZEROSHOT_MODEL = (
     *_group("zero-shot accuracy", dataclasses.replace(ZEROSHOT[0], default="all"), ZEROSHOT[1]),

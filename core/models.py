@@ -28,33 +28,12 @@ from transformers import (
 )
 
 from core.adapters import ModelAdapter, adapter_for, supported_families
-from core.errors import ConfigError, ModelLoadError
-from core.gguf_models import GGUF_MODELS, gguf_config, load_gguf_model
+from core.errors import ModelLoadError
+from core.gguf_models import gguf_config, load_gguf_model
+from core.model_names import GGUF_MODELS, TINY_MODELS, available_models
 
 log = logging.getLogger(__name__)
 
-EMBEDDED_MODEL = "smollm2-135m"  # the default; every packaged model is in GGUF_MODELS
-
-_TINY_GQA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                 num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
-# name -> (transformers config class, its arguments) of the tiny random models. Sliding
-# windows are 16 tokens, so a test on 32-token sequences sees them act.
-TINY_MODELS: dict[str, tuple[str, dict]] = {
-    "tiny-llama": ("LlamaConfig", _TINY_GQA),
-    "tiny-llama-mha": ("LlamaConfig", dict(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4)),
-    "tiny-mistral": ("MistralConfig", dict(_TINY_GQA, sliding_window=16)),
-    "tiny-qwen2": ("Qwen2Config", dict(_TINY_GQA, tie_word_embeddings=True)),
-    "tiny-qwen3": ("Qwen3Config", dict(_TINY_GQA, head_dim=16)),
-    "tiny-gemma3": ("Gemma3TextConfig", dict(
-        _TINY_GQA, head_dim=16, query_pre_attn_scalar=16, sliding_window=16,
-        tie_word_embeddings=True, layer_types=["sliding_attention", "full_attention"] * 2)),
-    "tiny-phi3": ("Phi3Config", dict(_TINY_GQA, pad_token_id=259, bos_token_id=256, eos_token_id=256)),
-    "tiny-opt": ("OPTConfig", dict(
-        hidden_size=64, ffn_dim=128, word_embed_proj_dim=64, num_hidden_layers=4,
-        num_attention_heads=4, tie_word_embeddings=True, enable_bias=True)),
-}  # fmt: skip
 TINY_VOCAB = 260  # 256 bytes + end-of-text + padding to a round number
 TINY_CONTEXT = 1024
 
@@ -69,30 +48,6 @@ class LoadedModel:
     name: str
     source: str  # "embedded" (a packaged GGUF model) | "tiny" | "hub" | "local"
     revision: str | None = None
-
-
-def available_models() -> list[str]:
-    """Names the app offers out of the box: packaged real models (embedded default first),
-    then the tiny random ones."""
-    return [*GGUF_MODELS, *TINY_MODELS]
-
-
-def check_model_name(name: str) -> None:
-    """Reject a model name that looks like a local path but is not a folder.
-
-    Embedded names and Hugging Face ids pass; the job reports a missing Hub model.
-    """
-    name = name.strip()
-    if not name:
-        raise ConfigError("model name is empty")
-    if name in available_models():
-        return
-    path = Path(name).expanduser()
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"{name!r} is a file; give a model folder or a Hugging Face id")
-    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
-    if looks_local and not path.is_dir():
-        raise ConfigError(f"model folder {name!r} does not exist")
 
 
 def load_model(

@@ -25,7 +25,7 @@ from core.data import default_data_dir
 from core.errors import ConfigError
 from core.field import FLAG, FLOAT, INT, LIST, MULTI, Field, method_list
 from core.fields import command_fields, defaults, sweep_reference
-from core.models import check_model_name
+from core.model_names import check_model_name
 from core.runs import RunOptions, plan_eval, plan_prune, plan_slice, plan_sweep, plan_zeroshot
 from core.store import RunStore
 from core.sweep_grid import SweepSpec
@@ -213,6 +213,7 @@ def sweep_spec(given: Mapping[str, Any]) -> SweepSpec:
         shared,
         zeroshot_config(v),
         own,
+        v["measure"],
     )
 
 
@@ -248,6 +249,7 @@ def _plan_sweep(v: Mapping[str, Any]) -> RunConfig:
         parse_options(v["option"]),
         zeroshot_config(v),
         parse_seeds(v["seeds"]),
+        v["measure"],
     )
 
 
@@ -260,10 +262,11 @@ def plan_request(
         return plan_eval(model_spec(v), eval_config(v))
     if command == "prune":
         parts = (model_spec(v), prune_config(v), calib_config(v), eval_config(v))
-        return plan_prune(*parts, zeroshot_config(v))
+        return plan_prune(*parts, zeroshot_config(v), v["measure"])
     if command == "slice":
         prune = PruneConfig("slicegpt", v["sparsity"], options=parse_options(v["option"]))
-        return plan_slice(model_spec(v), prune, calib_config(v), eval_config(v), zeroshot_config(v))
+        parts = (model_spec(v), prune, calib_config(v), eval_config(v))
+        return plan_slice(*parts, zeroshot_config(v), v["measure"])
     if command == "sweep":
         return _plan_sweep(v)
     return _plan_zeroshot(v, store)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.field import MULTI, PATTERNS, SEED_MENU, SPARSITY_MENU, Field, method_list
-from core.methods import available_methods
+from core.method_names import METHOD_NAMES
 
 SWEEP_GRID = (
     Field(
@@ -16,7 +16,7 @@ SWEEP_GRID = (
         "the representation-dimension sweep with Paper A's relation",
         "slicegpt",
         MULTI,
-        tuple(available_methods()),
+        METHOD_NAMES,
     ),
     Field(
         "sparsities",

@@ -20,8 +20,8 @@ from typing import Any
 
 from core.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig, RunConfig, ZeroShotConfig
 from core.errors import ConfigError
-from core.masks import parse_pattern
 from core.names import EVAL
+from core.patterns import parse_pattern
 from core.runs.plan import check_run, prune_run_config, readable_geometry, zeroshot_run_config
 from core.runs.resources import resolve_model_spec
 
@@ -43,6 +43,7 @@ class SweepSpec:
     zeroshot: ZeroShotConfig | None = None
     # (method, options) pairs: one method's own options, on top of ``options``
     method_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    measure: str = RunConfig.measure  # every point's (core.config.MEASURES; the run's default)
 
     def __post_init__(self) -> None:
         for axis in ("methods", "sparsities", "patterns", "allocations", "seeds"):
@@ -99,7 +100,7 @@ def plan_point(spec: SweepSpec, model: ModelSpec, p: dict[str, Any]) -> RunConfi
         options=point_options(spec, p["method"]),
     )
     calib = dataclasses.replace(spec.calib, seed=p["seed"])
-    return prune_run_config(model, prune, calib, spec.eval, spec.zeroshot)
+    return prune_run_config(model, prune, calib, spec.eval, spec.zeroshot, spec.measure)
 
 
 def baselines(spec: SweepSpec, model: ModelSpec) -> list[RunConfig]:

@@ -16,7 +16,7 @@ from core.errors import ConfigError, PruneScopeError
 from core.estimate import measured_speed
 from core.field import CHOICE, FLAG, FLOAT, INT, MULTI, Field, method_list
 from core.fields import PRESETS, app_preset
-from core.models import available_models
+from core.model_names import available_models
 from core.option_fields import EXPERT, option_fields, option_pairs
 from core.store import RunStore
 from pages.common import device_info

@@ -6,8 +6,7 @@ import streamlit as st
 
 from core import figures
 from core.adapters import supported_families
-from core.gguf_models import GGUF_MODELS
-from core.models import EMBEDDED_MODEL, available_models
+from core.model_names import EMBEDDED_MODEL, GGUF_MODELS, available_models
 from core.tables import runs_frame
 from pages.common import device_info, get_store, list_runs, require_frame
 from pages.starters import MODEL_KEY, demo_button

@@ -9,7 +9,8 @@ import torch
 
 from core.errors import ModelLoadError
 from core.gguf_models import GGUF_MODELS, GGUFModel, converted_dir, gguf_path, gguf_spec
-from core.models import available_models, check_model_name, load_model
+from core.model_names import available_models, check_model_name
+from core.models import load_model
 
 GEMMA = "gemma3-270m"
 GEMMA_INSTALLED = importlib.util.find_spec(GGUF_MODELS[GEMMA].module) is not None

@@ -12,11 +12,11 @@ from core.masks import (
     check_sparsity,
     lowest_k_mask,
     nm_prune_mask,
-    parse_pattern,
     prune_count,
     scope_dim,
     topk_prune_mask,
 )
+from core.patterns import parse_pattern
 
 
 def tied_scores(rows: int, cols: int, levels: int = 3, seed: int = 0) -> torch.Tensor:

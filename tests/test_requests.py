@@ -15,6 +15,8 @@ import pytest
 from core import fields, requests
 from core.cli import build_parser, field_values
 from core.errors import ConfigError
+from core.method_names import METHOD_NAMES
+from core.methods import available_methods
 from core.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,3 +161,35 @@ def test_no_imports_inside_functions_except_optional_dependencies() -> None:
                     if m.split(".")[0] not in OPTIONAL
                 ]
     assert bad == []
+
+
+# What the forms validate with: none of it may import torch or transformers (issue #18:
+# Home's first render paid 4-6 s for those imports). Checked in a fresh interpreter.
+LIGHT_MODULES = (
+    "core.config",
+    "core.fields",
+    "core.patterns",
+    "core.role_names",
+    "core.model_names",
+    "core.method_names",
+)
+
+
+def test_config_and_field_modules_import_without_torch() -> None:
+    code = (
+        "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
+        "print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *LIGHT_MODULES],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[]"
+
+
+def test_method_names_are_the_registry_s() -> None:
+    assert tuple(available_methods()) == METHOD_NAMES

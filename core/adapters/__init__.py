@@ -13,8 +13,9 @@ from core.adapters.registry import (
     family_traits,
     supported_families,
 )
-from core.adapters.roles import ROLE_GROUPS, ROLES, SHARED_INPUT, RowSlice, resolve_roles
+from core.adapters.roles import RowSlice
 from core.adapters.traits import NORM_KINDS, Traits
+from core.role_names import ROLE_GROUPS, ROLES, SHARED_INPUT, resolve_roles
 
 __all__ = [
     "FAMILIES",

@@ -29,9 +29,10 @@ import torch
 from torch import nn
 
 from core.adapters.layout import LLAMA, Layout
-from core.adapters.roles import ROLES, RowSlice
+from core.adapters.roles import RowSlice
 from core.adapters.traits import Traits
 from core.errors import ModelLoadError
+from core.role_names import ROLES
 
 
 def _get(obj: object, paths: str) -> Any:

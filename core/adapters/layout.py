@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.adapters.roles import ROLES
+from core.role_names import ROLES
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,8 @@
-"""Linear roles: the names users pick targets by, and the view of one role inside a fused
-projection.
+"""A linear role's view inside a fused projection (the role names: ``core.role_names``).
 
-Every family's decoder layer is described by the same seven roles (q, k, v, o, gate, up,
-down); a family without a gate (OPT's fc1/fc2 MLP) simply lacks that role. Families that
-fuse projections (Phi-3's qkv_proj and gate_up_proj) expose each role as a ``RowSlice``: a
-view of the fused weight's rows, so a method edits it in place exactly as a separate linear.
+Families that fuse projections (Phi-3's qkv_proj and gate_up_proj) expose each role as a
+``RowSlice``: a view of the fused weight's rows, so a method edits it in place exactly as a
+separate linear.
 """
 
 from __future__ import annotations
@@ -12,33 +10,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.nn import functional as F
-
-from core.errors import ConfigError
-
-ROLES: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
-# Named groups users pick from ("which linears to prune").
-ROLE_GROUPS: dict[str, tuple[str, ...]] = {
-    "all": ROLES,
-    "attention": ("q", "k", "v", "o"),
-    "mlp": ("gate", "up", "down"),
-    "qk": ("q", "k"),
-}
-# Linears that read the same tensor share one set of input statistics.
-SHARED_INPUT: dict[str, str] = {"k": "q", "v": "q", "up": "gate"}
-
-
-def resolve_roles(targets: str) -> tuple[str, ...]:
-    """'all' | 'attention' | 'mlp' | 'qk' | comma list of roles -> ordered roles."""
-    if targets in ROLE_GROUPS:
-        return ROLE_GROUPS[targets]
-    roles = tuple(r.strip() for r in targets.split(",") if r.strip())
-    bad = [r for r in roles if r not in ROLES]
-    if bad or not roles:
-        raise ConfigError(
-            f"unknown linear role(s) {bad or targets!r}; use one of {sorted(ROLE_GROUPS)} "
-            f"or a comma list of {list(ROLES)}"
-        )
-    return tuple(r for r in ROLES if r in roles)
 
 
 class RowSlice(nn.Module):

@@ -24,8 +24,9 @@ import torch
 from torch import nn
 
 from core.field import option
-from core.masks import SCOPES, check_sparsity, parse_pattern, scope_dim, score_mask
+from core.masks import SCOPES, check_sparsity, scope_dim, score_mask
 from core.methods.base import LayerContext, LinearReport, LinearStats, Method
+from core.patterns import parse_pattern
 
 log = logging.getLogger(__name__)
 

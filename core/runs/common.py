@@ -7,7 +7,8 @@
   environment, compute (or reuse) the dense baseline and its zero-shot accuracy, load
   evaluation and calibration windows. The kind's own step changes the model and returns
   its metrics. Epilogue: pruned perplexity, effective dimension,
-  zero-shot accuracy, the headline metrics every such run has, saving, commit.
+  zero-shot accuracy, the headline metrics every such run has, saving, commit. A lean run
+  (``RunConfig.lean``) measures neither latency nor the changed model's effective dimension.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class Prologue:
     data_info: dict[str, Any]
     calib_ids: torch.Tensor  # (nsamples, seqlen) calibration windows
     calib_info: dict[str, Any]
-    latency_ms_dense: float  # forward time of one evaluation window before the change
+    latency_ms_dense: float | None  # forward time of one window before the change (lean: None)
 
 
 def prologue(
@@ -84,7 +85,7 @@ def prologue(
     windows, data_info = get_eval_windows(lm, cfg.eval)
     calib_ids, calib_info = get_calib_windows(lm, cfg.calib)
     device = torch.device(cfg.model.device)
-    latency_dense = forward_latency_ms(lm.model, cfg.eval.seqlen, device)
+    latency_dense = None if cfg.lean else forward_latency_ms(lm.model, cfg.eval.seqlen, device)
     return Prologue(
         cfg,
         opts,
@@ -103,16 +104,26 @@ def prologue(
     )
 
 
+def _latency(p: Prologue) -> dict[str, float]:
+    """Forward time of one window after the change beside the time before (core.budget)."""
+    latency = forward_latency_ms(p.lm.model, p.cfg.eval.seqlen, p.device)
+    ratio = latency / p.latency_ms_dense
+    return {"latency_ms_dense": p.latency_ms_dense, "latency_ms": latency, "latency": ratio}
+
+
+def _effdim(p: Prologue) -> dict[str, float]:
+    """The changed model's effective dimension: its per-layer table, overall metrics."""
+    eff_ids = effdim_windows(p.windows, p.lm.adapter.hidden_size)
+    eff = residual_effdim(p.lm, eff_ids, p.device, p.progress)
+    p.writer.write_table(T_EFFDIM, eff["rows"])
+    return {f"{EFFDIM_PREFIX}{k}": v for k, v in eff["overall"].items()}
+
+
 def epilogue(p: Prologue, own: dict[str, Any], save: Callable[[str], str], save_dir: str | None):
     """Perplexity and effective dimension of the changed model, zero-shot accuracy, the
     metrics every prune/slice run has (``own``: the kind's, placed after the headline)."""
     pruned = evaluate_perplexity(p.lm.model, p.windows, p.cfg.eval.batch_size, p.device, p.progress)
-    eff_ids = effdim_windows(p.windows, p.lm.adapter.hidden_size)
-    eff = residual_effdim(p.lm, eff_ids, p.device, p.progress)
-    p.writer.write_table(T_EFFDIM, eff["rows"])
     p.writer.write_table(T_EVAL_WINDOWS, pruned.window_rows())
-    # What the run keeps, for comparisons at matched budgets (core.budget).
-    latency = forward_latency_ms(p.lm.model, p.cfg.eval.seqlen, p.device)
     n_dense = p.dense["metrics"]["model"]["n_params"]
     metrics = {
         "dense_ppl": p.dense["metrics"]["ppl"],
@@ -122,12 +133,11 @@ def epilogue(p: Prologue, own: dict[str, Any], save: Callable[[str], str], save_
         "n_windows": pruned.n_windows,
         "n_tokens": pruned.n_tokens,
         "eval_tokens_per_s": pruned.tokens_per_s,
-        "latency_ms_dense": p.latency_ms_dense,
-        "latency_ms": latency,
-        "latency": latency / p.latency_ms_dense,
+        **({} if p.cfg.lean else _latency(p)),
+        # what the run keeps, for comparisons at matched budgets (core.budget)
         "kept_params": nonzero_params(p.lm.model) / n_dense,
         **own,
-        **{f"{EFFDIM_PREFIX}{k}": v for k, v in eff["overall"].items()},
+        **({} if p.cfg.lean else _effdim(p)),
         "data": p.data_info,
         "calib": p.calib_info,
         "model": {**p.lm.adapter.describe(), **own.get("model", {})},

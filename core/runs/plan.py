@@ -16,8 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from core.adapters import ROLE_GROUPS, resolve_roles
 from core.config import (
+    FULL,
     CalibConfig,
     EvalConfig,
     ModelSpec,
@@ -29,11 +29,12 @@ from core.config import (
 )
 from core.errors import ConfigError, ModelLoadError, StoreError
 from core.geometry import Geometry, model_geometry
-from core.masks import parse_pattern
 from core.methods import get_method, make_method
 from core.methods.slicegpt import sliced_width
 from core.models import TINY_MODELS
 from core.names import MODEL_KINDS, PRUNE, SLICE, SWEEP, ZEROSHOT
+from core.patterns import parse_pattern
+from core.role_names import ROLE_GROUPS, resolve_roles
 from core.runs.resources import resolve_model_spec
 from core.store import RunStore
 
@@ -189,11 +190,14 @@ def plan_prune(
     calib: CalibConfig,
     eval_cfg: EvalConfig,
     zeroshot: ZeroShotConfig | None = None,
+    measure: str = FULL,
 ) -> RunConfig:
     """The resolved config of a run applying ``prune.method``: kind 'prune' for layer-wise
     methods, the method's own kind ('slice' for SliceGPT) otherwise. Zero-shot settings
-    enter the config only when given, so runs without keep their ids."""
-    cfg = prune_run_config(resolve_model_spec(model), prune, calib, eval_cfg, zeroshot)
+    enter the config only when given, so runs without keep their ids; so does ``measure``
+    (core.config.MEASURES) at its default."""
+    model = resolve_model_spec(model)
+    cfg = prune_run_config(model, prune, calib, eval_cfg, zeroshot, measure)
     check_run(cfg)
     return cfg
 
@@ -216,13 +220,14 @@ def prune_run_config(
     calib: CalibConfig,
     eval_cfg: EvalConfig,
     zeroshot: ZeroShotConfig | None,
+    measure: str = FULL,
 ) -> RunConfig:
     """The config of ``plan_prune`` for an already resolved ``model``, before the geometry
     checks (a sweep's grid makes them once it knows whether the config is readable)."""
     prune = resolve_prune_config(prune)
     extra = (("zeroshot", zeroshot_dict(zeroshot)),) if zeroshot is not None else ()
     kind = get_method(prune.method).run_kind
-    return RunConfig(kind, model, eval_cfg, calib, prune, extra)
+    return RunConfig(kind, model, eval_cfg, calib, prune, extra, measure)
 
 
 def plan_sweep(
@@ -233,6 +238,7 @@ def plan_sweep(
     options: tuple = (),
     zeroshot: ZeroShotConfig | None = None,
     seeds: tuple[int, ...] = (),
+    measure: str = FULL,
 ) -> RunConfig:
     """A SliceGPT sweep over the grid; every point is validated. ``seeds``: calibration seeds,
     one slice run per (s, seed) so the intervals resample the calibration draw too (empty:
@@ -249,7 +255,8 @@ def plan_sweep(
         extra += (("seeds", tuple(seeds)),)
     if zeroshot is not None:
         extra += (("zeroshot", zeroshot_dict(zeroshot)),)
-    cfg = RunConfig(SWEEP, resolve_model_spec(model), eval_cfg, calib, base, extra=extra)
+    model = resolve_model_spec(model)
+    cfg = RunConfig(SWEEP, model, eval_cfg, calib, base, extra=extra, measure=measure)
     check_run(cfg)
     return cfg
 
@@ -262,7 +269,10 @@ def sweep_points(cfg: RunConfig) -> list[tuple[float, list[RunConfig]]]:
     points = []
     for s in cfg.extra_value("sparsities"):
         prune = resolve_prune_config(dataclasses.replace(cfg.prune, sparsity=s))
-        points.append((s, [RunConfig(SLICE, cfg.model, cfg.eval, c, prune, extra) for c in calibs]))
+        configs = [
+            RunConfig(SLICE, cfg.model, cfg.eval, c, prune, extra, cfg.measure) for c in calibs
+        ]
+        points.append((s, configs))
     return points
 
 

@@ -30,6 +30,10 @@ def _mean_ppl(runs: list[dict[str, Any]]) -> float:
     return math.exp(sum(r["metrics"]["nll"] for r in runs) / len(runs))
 
 
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r["metrics"].get(key, math.nan) for r in runs)
+
+
 def _sweep_row(s: float, runs: list[dict[str, Any]], ppl0: float, frow: dict, irow: dict) -> dict:
     m = runs[0]["metrics"]  # the structure (d′, parameters) is the same for every seed
     return {
@@ -49,9 +53,10 @@ def _sweep_row(s: float, runs: list[dict[str, Any]], ppl0: float, frow: dict, ir
         "ratio": frow.get("ratio"),
         "ratio_lo": irow["ratio_lo"],
         "ratio_hi": irow["ratio_hi"],
-        "latency_ms": statistics.median(r["metrics"]["latency_ms"] for r in runs),
-        "latency_ms_dense": m["latency_ms_dense"],
-        "latency": statistics.median(r["metrics"]["latency"] for r in runs),
+        # a lean sweep measures no latency: NaN, left out of the charts
+        "latency_ms": _median(runs, "latency_ms"),
+        "latency_ms_dense": m.get("latency_ms_dense", math.nan),
+        "latency": _median(runs, "latency"),
         EFFDIM_COLUMN: statistics.mean(r["metrics"].get(EFFDIM_COLUMN, math.nan) for r in runs),
         "n_seeds": len(runs),
         "run_id": runs[0]["run_id"],
