@@ -200,7 +200,7 @@ def test_cancel_stops_the_sweep_and_keeps_finished_points(store) -> None:
     job = start(
         at,
         method=["sparsegpt"],
-        sparsities=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
+        sparsities=[round(0.05 * i, 2) for i in range(1, 13)],
         nsamples=64,
         calib_seqlen=256,
         seqlen=256,
