@@ -180,3 +180,22 @@ def follow_job(key: str, job_id: str) -> None:
     """Remember a started job in the session and in the URL, so a reload finds it."""
     st.session_state[key] = job_id
     st.query_params[key] = job_id
+
+
+def start_and_follow(
+    store: RunStore, key: str, command: str, params: dict[str, Any], save_model: bool = False
+) -> jobs.JobStatus:
+    """Start ``command`` as a background job, follow it under ``key``; its first status."""
+    job_id = jobs.start_job(store, command, params, save_model)
+    follow_job(key, job_id)
+    return jobs.job_status(store, job_id)
+
+
+def show_job(store: RunStore, status: jobs.JobStatus | None, result_key: str) -> None:
+    """A followed job: its outcome once finished, else its live progress (None: nothing)."""
+    if status is None:
+        return
+    if status.finished:
+        job_outcome(status, result_key=result_key)
+    else:
+        live_progress(store, status.job_id)

@@ -20,14 +20,13 @@ from pages.common import (
     cli_hint,
     current_job,
     fmt_seconds,
-    follow_job,
     get_store,
-    job_outcome,
     list_runs,
-    live_progress,
     pick_run,
     require_frame,
     show_error,
+    show_job,
+    start_and_follow,
 )
 from pages.forms import (
     PRESET_FIELDS,
@@ -231,17 +230,10 @@ try:
     request = prune_form(running=status is not None and not status.finished)
     if request is not None:
         params, save = request
-        job_id = jobs.start_job(store, "prune", params, save)
-        follow_job("job_id", job_id)
-        status = jobs.job_status(store, job_id)
+        status = start_and_follow(store, "job_id", "prune", params, save)
 except PruneScopeError as exc:
     show_error(exc)
-
-if status is not None:
-    if status.finished:
-        job_outcome(status, result_key="result_run")
-    else:
-        live_progress(store, job_id)
+show_job(store, status, "result_run")
 
 finished = [r for r in list_runs(store, status="done") if r.kind in ("prune", "slice")]
 st.subheader("Results")

@@ -30,14 +30,13 @@ from pages.common import (
     cli_hint,
     current_job,
     device_info,
-    follow_job,
     get_store,
-    job_outcome,
     list_runs,
-    live_progress,
     pick_run,
     require_frame,
     show_error,
+    show_job,
+    start_and_follow,
 )
 from pages.repdim_views import matched_budgets, relation_slider
 from pages.starters import offer_run
@@ -115,16 +114,10 @@ def sweep_launcher() -> None:
             try:
                 params = sweep_form()
                 if params is not None:
-                    job_id = jobs.start_job(store, "sweep", params)
-                    follow_job("sweep_job_id", job_id)
-                    status = jobs.job_status(store, job_id)
+                    status = start_and_follow(store, "sweep_job_id", "sweep", params)
             except PruneScopeError as exc:
                 show_error(exc)
-    if status is not None:
-        if status.finished:
-            job_outcome(status, result_key="sweep_run")
-        else:
-            live_progress(store, job_id)
+    show_job(store, status, "sweep_run")
 
 
 # ---- a stored sweep ------------------------------------------------------------------------------
