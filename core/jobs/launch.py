@@ -67,13 +67,16 @@ def start_job(
     path = config_path(store, job_id)
     path.write_text(json.dumps(cfg.to_dict(), indent=2))
     argv = ["run", "--config", str(path), "--store", str(store.root), "--json", "--quiet", *flags]
-    _launch(store, job_id, command, cfg.run_id, argv, planned)
+    launch_process(store, job_id, command, cfg.run_id, argv, planned)
     return job_id
 
 
-def _launch(
+def launch_process(
     store: RunStore, job_id: str, command: str, run_id: str, argv: list[str], planned: bool
 ) -> None:
+    """Start ``python -m core ARGV`` as a background process logging to the job's file, and
+    record job ``job_id`` (its pid, host, start time) in the store: single runs and sweep
+    grids alike."""
     store.progress_path(job_id).unlink(missing_ok=True)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p)

@@ -25,7 +25,7 @@ import pandas as pd
 from core.config import RunConfig
 from core.errors import StoreError
 from core.estimate import estimate_many
-from core.jobs.launch import _launch, escalate
+from core.jobs.launch import escalate, launch_process
 from core.jobs.records import alive, log_path, read_job
 from core.jobs.status import log_error, log_result
 from core.names import PRUNED_KINDS
@@ -95,7 +95,7 @@ def start_sweep_job(store: RunStore, values: Mapping[str, Any]) -> str:
         return job_id
     grid_path(store, job_id).write_text(json.dumps(cell_rows(plan.configs)))
     argv = [*plan.argv, "--store", str(store.root), "--json", "--quiet"]
-    _launch(store, job_id, "sweep", job_id, argv, planned=False)
+    launch_process(store, job_id, "sweep", job_id, argv, planned=False)
     return job_id
 
 
