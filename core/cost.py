@@ -43,6 +43,16 @@ OTHER_TASK = (2000, 4, 80)
 # (1, L) forward runs at ~0.4 of the batched rate (its latency stages: 110 s predicted 105).
 EIG_FLOPS_PER_D3 = 20.0
 BATCH1_SLOWDOWN = 2.5
+# Work of a pruning method that is not a batched product, in FLOPs at the device's batched rate,
+# fitted on the 50% runs of the quiet demo set (smollm2-135m, 8 x 128 calibration tokens, the
+# 2-core machine; its 2:4 runs are the check): choosing the pruned weights (score, sort, mask
+# and the per-linear report) cost ~40 ns a weight there (Wanda 50%: 13.7 s measured, 5.6 s of
+# products), ~4,700 FLOPs at the ~116 GFLOP/s a forward reached; SparseGPT's OBS sweep
+# (Alg. 1) is a Python loop over each linear's input columns, ~270 us a column (49 s measured
+# for 150k columns, 8 s of products), ~3e7 FLOPs. Neither shrinks with fewer calibration
+# tokens, which is why a pure FLOP ratio measured on a small run overstated big ones.
+SELECT_FLOPS_PER_WEIGHT = 4.7e3
+COLUMN_FLOPS = 3.0e7
 LATENCY_FORWARDS = 6  # core.runs.measure.forward_latency_ms: a warm-up and 5 timed forwards
 PROBE_WINDOWS = 2  # core.runs.prune: calibration and held-out windows of the attention probes
 
@@ -166,8 +176,32 @@ def _gd_flops(cfg: RunConfig, shape: Shape, opts: dict) -> float:
     return 3.0 * (passes + judged * check) * (proj + scores)
 
 
+def _targeted(cfg: RunConfig, shape: Shape) -> tuple[str, list[tuple[int, int]]]:
+    """The layer-wise method that edits weights and the (out, in) of the linears it edits in
+    one layer (attention-GD's q/k are its descent's, counted in ``_gd_flops``)."""
+    p, linears = cfg.prune, shape.linears()
+    if p.method == "slicegpt":
+        return p.method, []
+    if p.method == "attention-gd":
+        others = dict(p.options).get("others", "none")
+        roles = [] if others == "none" else [r for r in linears if r not in ("q", "k")]
+        return others, [linears[r] for r in roles]
+    return p.method, [linears[r] for r in resolve_roles(p.targets)]
+
+
+def loop_flops(cfg: RunConfig, shape: Shape) -> float:
+    """A method's work that does not shrink with its calibration tokens, in FLOP-equivalents
+    (``SELECT_FLOPS_PER_WEIGHT``, ``COLUMN_FLOPS``): choosing every edited weight, and
+    SparseGPT's loop over every edited input column. All layers."""
+    method, edited = _targeted(cfg, shape)
+    per_layer = SELECT_FLOPS_PER_WEIGHT * sum(o * i for o, i in edited)
+    if method == "sparsegpt":
+        per_layer += COLUMN_FLOPS * sum(i for _, i in edited)
+    return shape.geo.n_layers * per_layer
+
+
 def method_flops(cfg: RunConfig, shape: Shape) -> float:
-    """The pruning method's own work, all layers (calibration forwards excluded)."""
+    """The pruning method's own products, all layers (calibration forwards excluded)."""
     p, g = cfg.prune, shape.geo
     tokens = cfg.calib.nsamples * cfg.calib.seqlen
     opts = dict(p.options)
@@ -244,6 +278,8 @@ def changed_model_flops(cfg: RunConfig, shape: Shape) -> float:
 
 
 def prune_phase_flops(cfg: RunConfig, shape: Shape) -> float:
-    """Calibration passes plus the method's work: what a run's prune_seconds measures."""
+    """Calibration passes plus the method's work (products and loops): what a run's
+    prune_seconds measures."""
     passes = 3.0 if cfg.prune.allocation == "owl" or cfg.prune.method == "attention-gd" else 2.0
-    return calib_flops(cfg.calib, shape, passes) + method_flops(cfg, shape)
+    work = calib_flops(cfg.calib, shape, passes) + method_flops(cfg, shape)
+    return work + loop_flops(cfg, shape)

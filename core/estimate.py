@@ -20,28 +20,28 @@ only, ``core.geometry``) and the run's token counts, phase by phase:
 - zero-shot: items × choices × tokens per choice per task, for the dense and changed model;
 - start-up: a fixed cost per device plus reading the weights.
 
-Calibration to the device (``measured_speed``): the effective FLOP/s is the median over the
-store's finished runs on the same device type of eval_tokens_per_s × FLOPs per token of that
-run's model; each method's overhead factor is the median of its runs' measured
-prune_seconds over the predicted method+calibration seconds. Without stored runs, the
-defaults below hold: any CUDA GPU at 20 TFLOP/s and Apple MPS at 1 TFLOP/s (well below
-their bf16 peaks), overheads for the small, serial linear algebra of SparseGPT and SliceGPT,
-and a CPU at the rate measured here by a small matmul benchmark (``cpu_flops``) times the
-efficiency a real forward reached against it. The former fixed 12 GFLOP/s, and a cost model
-that left out the effective dimension's two passes and eigendecompositions and the latency
-forwards, made the demo set's estimate ~50 min on an empty store while its slowest share
-(the effective dimension) was not counted where it was spent.
+- the method's work that does not shrink with calibration tokens (core.cost.loop_flops):
+  choosing each edited weight, and SparseGPT's Python loop over each edited input column;
+- start-up: a fixed cost per device plus reading the weights; a sweep is one process.
+
+Calibration to the device (core.speed, where the rule and its reasons are written): the
+effective FLOP/s is the median over the store's finished runs of that model (else of any
+model) on the same device type of the run's work outside its pruning phase over the wall
+time it took; each method's factor is the median of its runs' prune_seconds over the phase's
+predicted seconds, bounded to [1/2, 2]. Without stored runs, the defaults hold: any CUDA GPU
+at 20 TFLOP/s and Apple MPS at 1 TFLOP/s (well below their bf16 peaks), and a CPU at the rate
+measured here by a small matmul benchmark (``cpu_flops``, its fastest repeat) times the
+efficiency a real forward reached against it.
+
+History: a fixed 12 GFLOP/s and a model without the effective dimension made the demo set's
+estimate ~50 min on an empty store; then the rate from each run's ~0.5 s evaluation and a
+pure FLOP ratio per method (Wanda 9.4 from one small run under load, multiplied into every
+bigger run) made it 873 s against 302 s measured on a quiet machine.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from functools import lru_cache
-
-import torch
 
 from core.config import EvalConfig, RunConfig
 from core.cost import (
@@ -56,111 +56,19 @@ from core.cost import (
 from core.errors import PruneScopeError
 from core.names import EVAL, PRUNE, SLICE, SWEEP, ZEROSHOT
 from core.runs.plan import sweep_points
+from core.speed import Speed, default_speed, load_seconds, measured_speed
 from core.store import RunStore
 
-DEFAULT_FLOPS = {"mps": 1e12, "cuda": 2e13}  # effective FLOP/s, conservative; CPU: measured
-# A CPU's effective rate: a float32 matmul of the embedded model's MLP shape for one batch of
-# evaluation windows, (512, 576) @ (576, 1536), timed here, times the rate a whole batched
-# forward of smollm2-135m reached against it on the 2-core machine (0.43-0.60 in three
-# interleaved measurements under load; the middle taken).
-CPU_BENCH = (512, 576, 1536)
-CPU_EFFICIENCY = 0.5
+__all__ = ["Speed", "default_speed", "estimate_many", "estimate_seconds", "measured_speed"]
+
 # Start-up: Python, torch, transformers and core (`python -m core --help`: 4.5 s on the 2-core
-# machine at load ~1.7), then reading the float32 weights (smollm2-135m's 538 MB: 3.7 s).
+# machine at load ~1.7), then reading the weights.
 START_SECONDS = {"cpu": 6.0, "mps": 10.0, "cuda": 10.0}
-LOAD_BYTES_PER_S = 1.5e8
-METHOD_OVERHEAD = {"sparsegpt": 1.5, "slicegpt": 2.0}  # others 1.0
-
-
-# ---- the device's speed ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Speed:
-    """Effective FLOP/s of a device type and per-method overhead factors."""
-
-    device: str
-    flops_per_s: float
-    overhead: dict[str, float] = field(default_factory=dict)
-    n_runs: int = 0  # stored runs it was measured from (0: the defaults)
-
-    def factor(self, method: str) -> float:
-        return self.overhead.get(method, METHOD_OVERHEAD.get(method, 1.0))
-
-    @property
-    def source(self) -> str:
-        if not self.n_runs:
-            return (
-                f"default speed of a {self.device.upper()} ({self.flops_per_s / 1e9:.0f} GFLOP/s)"
-            )
-        return f"measured on {self.n_runs} stored {self.device.upper()} run(s)"
-
-
-@lru_cache(maxsize=1)
-def cpu_flops() -> float:
-    """This CPU's effective FLOP/s: the median of 5 timed ``CPU_BENCH`` matmuls after a
-    warm-up (~0.1 s once per process) times ``CPU_EFFICIENCY``."""
-    m, k, n = CPU_BENCH
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    a @ b
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - t0)
-    return CPU_EFFICIENCY * 2.0 * m * k * n / max(statistics.median(times), 1e-6)
-
-
-def default_speed(device: str) -> Speed:
-    """The speed before any run on ``device`` is stored: a CPU's is measured here."""
-    if device in DEFAULT_FLOPS:
-        return Speed(device, DEFAULT_FLOPS[device])
-    return Speed(device, cpu_flops())
-
-
-_SPEEDS: dict[tuple, Speed] = {}  # (store root, device, recent, store version) -> Speed
-
-
-def measured_speed(store: RunStore | None, device: str, recent: int = 30) -> Speed:
-    """Speed of ``device`` from the ``recent`` newest finished prune/slice/eval runs on it
-    (the defaults when there are none); read once per version of the store's index, since
-    a form asks on every rerun and each stored run is a folder read."""
-    if store is None:
-        return default_speed(device)
-    key = (str(store.root), device, recent, store.version())
-    if key not in _SPEEDS:
-        if len(_SPEEDS) > 64:
-            _SPEEDS.clear()
-        _SPEEDS[key] = _measure(store, device, recent)
-    return _SPEEDS[key]
-
-
-def _measure(store: RunStore, device: str, recent: int) -> Speed:
-    flops, ratios = [], {}
-    base = default_speed(device)
-    recs = [r for r in store.list(status="done") if r.kind in (EVAL, PRUNE, SLICE)]
-    for rec in recs[:recent]:
-        try:
-            cfg = RunConfig.from_dict(rec.config)
-            if device_type(cfg.model) != device:
-                continue
-            # the index row's summary is the run's metrics.json (RunWriter.commit)
-            m, shape = rec.summary or store.load(rec.id).metrics, model_shape(cfg.model)
-        except (PruneScopeError, OSError, ValueError, KeyError, TypeError):
-            continue
-        tps = m.get("eval_tokens_per_s") or m.get("tokens_per_s")
-        if tps:
-            flops.append(float(tps) * shape.forward_flops(cfg.eval.seqlen))
-        if cfg.kind in (PRUNE, SLICE) and m.get("prune_seconds") and tps:
-            predicted = prune_phase_flops(cfg, shape) / flops[-1]
-            ratios.setdefault(cfg.prune.method, []).append(m["prune_seconds"] / predicted)
-    if not flops:
-        return base
-    overhead = {k: statistics.median(v) for k, v in ratios.items()}
-    return Speed(device, statistics.median(flops), overhead, len(flops))
 
 
 # ---- estimates --------------------------------------------------------------------------------------
 def _start_seconds(shape: Shape, device: str) -> float:
-    return START_SECONDS.get(device, 12.0) + 4.0 * shape.n_params / LOAD_BYTES_PER_S
+    return START_SECONDS.get(device, 12.0) + load_seconds(shape)
 
 
 def _stored(store: RunStore | None, cfg: RunConfig) -> bool:
@@ -203,7 +111,7 @@ def estimate_seconds(
     if _stored(store, cfg):
         return 0.0
     shape, device = model_shape(cfg.model), device_type(cfg.model)
-    speed = speed or measured_speed(store, device)
+    speed = speed or measured_speed(store, device, cfg.model.name)
     start = _start_seconds(shape, device)
     if cfg.kind == EVAL:
         return start + dense_flops(cfg, shape) / speed.flops_per_s
@@ -212,30 +120,40 @@ def estimate_seconds(
     if cfg.kind in (PRUNE, SLICE):
         return _changed_seconds(cfg, shape, speed) + _baseline_seconds(cfg, shape, speed, store)
     if cfg.kind == SWEEP:
-        points = [c for _, configs in sweep_points(cfg) for c in configs]
-        todo = [c for c in points if not _stored(store, c)]
-        if not todo:
-            return start
-        changed = sum(_changed_seconds(c, shape, speed) for c in todo)
-        return changed + _baseline_seconds(cfg, shape, speed, store)
+        return _sweep_seconds(cfg, shape, speed, store) + _baseline_seconds(
+            cfg, shape, speed, store
+        )
     return start
+
+
+def _sweep_seconds(cfg: RunConfig, shape: Shape, speed: Speed, store: RunStore | None) -> float:
+    """SliceGPT's relation sweep without its dense baseline: the points the store lacks, in
+    one process (the start-up once, then each point re-reads the weights)."""
+    todo = [c for _, configs in sweep_points(cfg) for c in configs if not _stored(store, c)]
+    if not todo:
+        return _start_seconds(shape, speed.device)
+    changed = sum(_changed_seconds(c, shape, speed) for c in todo)
+    return changed - (len(todo) - 1) * START_SECONDS.get(speed.device, 12.0)
 
 
 def estimate_many(
     configs: Iterable[RunConfig], store: RunStore | None = None, speed: Speed | None = None
 ) -> float:
     """Seconds for runs executed one after another: a grid sweep's configs
-    (core.sweep_grid.resolve_grid), whose dense baselines are configs of their own, so a
-    prune/slice config here counts without them. Stored runs are free."""
+    (core.sweep_grid.resolve_grid) or the demo set's, whose dense baselines are configs of
+    their own, so a prune/slice/sweep config here counts without them. Stored runs are free."""
     speeds: dict[str, Speed] = {}
     total = 0.0
     for cfg in configs:
         if _stored(store, cfg):
             continue
         device = device_type(cfg.model)
-        sp = speed or speeds.setdefault(device, measured_speed(store, device))
+        key = f"{device}:{cfg.model.name}"
+        sp = speed or speeds.setdefault(key, measured_speed(store, device, cfg.model.name))
         if cfg.kind in (PRUNE, SLICE):
             total += _changed_seconds(cfg, model_shape(cfg.model), sp)
+        elif cfg.kind == SWEEP:
+            total += _sweep_seconds(cfg, model_shape(cfg.model), sp, store)
         else:
             total += estimate_seconds(cfg, store, sp)
     return total

@@ -1,0 +1,192 @@
+"""A device's speed, for the duration estimates (core.estimate): its effective FLOP/s and a
+factor per pruning method, measured on the store's finished runs (the defaults without).
+
+The rule, chosen before the demo set's outcome was compared and kept whatever it showed:
+
+- **Effective FLOP/s from a whole run's time, not its evaluation's.** A stored run's rate is
+  its work outside the pruning phase (core.cost: evaluation, effective dimension, latency,
+  probes; the dense baseline too when the run computed it inline) over its wall time less
+  the weights' load and its prune_seconds. The evaluation alone (eval_tokens_per_s, used
+  before) lasts ~0.5 s at the demo's 4 × 64 tokens: a dense run's is its cold first
+  forwards (163 tokens/s against ~450 warm on the quiet demo set), and any run's is one
+  instant of a machine whose load changes by the minute. Runs of the planned run's model
+  are used when the store has any (a tiny model's forwards are per-layer overhead, not
+  FLOPs); the median over runs is the rate.
+- **Method factors on a model that has its fixed costs.** A method's factor is the median of
+  its runs' prune_seconds over the phase's predicted seconds at that run's own rate. The
+  prediction counts the work that does not shrink with calibration tokens (choosing the
+  weights, SparseGPT's column loop: core.cost.loop_flops), so a small run's ratio is
+  ~1 when the model holds, instead of the 9.4 a pure FLOP ratio gave Wanda on one small run
+  and then multiplied into every bigger one. The factor is bounded to [1/2, 2]
+  (``FACTOR_BOUNDS``): past that the run measured a regime the model does not describe
+  (a load spike inside the phase, a model dominated by per-layer overhead) and carrying it
+  to other sizes would do more harm than the bound.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import torch
+
+from core.config import RunConfig
+from core.cost import (
+    Shape,
+    changed_model_flops,
+    dense_flops,
+    device_type,
+    model_shape,
+    prune_phase_flops,
+)
+from core.errors import PruneScopeError
+from core.names import EVAL, PRUNE, SLICE
+from core.store import RunStore
+
+DEFAULT_FLOPS = {"mps": 1e12, "cuda": 2e13}  # effective FLOP/s, conservative; CPU: measured
+# A CPU's effective rate: a float32 matmul of the embedded model's MLP shape for one batch of
+# evaluation windows, (512, 576) @ (576, 1536), timed here, times the rate a whole batched
+# forward of smollm2-135m reached against it on the 2-core machine (0.43-0.60 in three
+# interleaved measurements under load; the middle taken).
+CPU_BENCH = (512, 576, 1536)
+CPU_EFFICIENCY = 0.5
+CPU_BENCH_REPEATS = 9
+# Reading the float32 weights (smollm2-135m's 538 MB: 3.7 s; 1.5-4.4 s on the quiet demo set).
+LOAD_BYTES_PER_S = 1.5e8
+# Methods whose phase the cost model undercounts by a share that does not depend on size,
+# measured on the quiet demo set (slicegpt 1.6, attention-gd 1.3 at 8 x 128 tokens); the
+# others are fully counted (1.0).
+METHOD_OVERHEAD = {"slicegpt": 1.5, "attention-gd": 1.3}
+FACTOR_BOUNDS = (0.5, 2.0)
+MIN_WORK_SECONDS = 0.2  # a run with less measured time outside its phases gives no rate
+
+
+@dataclass(frozen=True)
+class Speed:
+    """Effective FLOP/s of a device type and per-method overhead factors."""
+
+    device: str
+    flops_per_s: float
+    overhead: dict[str, float] = field(default_factory=dict)
+    n_runs: int = 0  # stored runs it was measured from (0: the defaults)
+
+    def factor(self, method: str) -> float:
+        return self.overhead.get(method, METHOD_OVERHEAD.get(method, 1.0))
+
+    @property
+    def source(self) -> str:
+        if not self.n_runs:
+            return (
+                f"default speed of a {self.device.upper()} ({self.flops_per_s / 1e9:.0f} GFLOP/s)"
+            )
+        return f"measured on {self.n_runs} stored {self.device.upper()} run(s)"
+
+
+@lru_cache(maxsize=1)
+def cpu_flops() -> float:
+    """This CPU's effective FLOP/s: the fastest of ``CPU_BENCH_REPEATS`` timed ``CPU_BENCH``
+    matmuls after a warm-up (~0.2 s once per process) times ``CPU_EFFICIENCY``. The fastest,
+    not the median: other processes only ever slow a repeat down, and the estimate of an
+    empty store is for the machine, not for this instant's load."""
+    m, k, n = CPU_BENCH
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    a @ b
+    best = float("inf")
+    for _ in range(CPU_BENCH_REPEATS):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return CPU_EFFICIENCY * 2.0 * m * k * n / max(best, 1e-6)
+
+
+def default_speed(device: str) -> Speed:
+    """The speed before any run on ``device`` is stored: a CPU's is measured here."""
+    if device in DEFAULT_FLOPS:
+        return Speed(device, DEFAULT_FLOPS[device])
+    return Speed(device, cpu_flops())
+
+
+def load_seconds(shape: Shape) -> float:
+    """Reading the float32 weights."""
+    return 4.0 * shape.n_params / LOAD_BYTES_PER_S
+
+
+_SPEEDS: dict[tuple, Speed] = {}  # (store root, device, model, recent, version) -> Speed
+
+
+def measured_speed(
+    store: RunStore | None, device: str, model: str | None = None, recent: int = 30
+) -> Speed:
+    """Speed of ``device`` from the ``recent`` newest finished prune/slice/eval runs on it,
+    those of ``model`` when there are any (the defaults when there are none); read once per
+    version of the store's index, since a form asks on every rerun."""
+    if store is None:
+        return default_speed(device)
+    key = (str(store.root), device, model, recent, store.version())
+    if key not in _SPEEDS:
+        if len(_SPEEDS) > 64:
+            _SPEEDS.clear()
+        samples = _samples(store, device, recent)
+        own = [s for s in samples if s[0] == model]
+        _SPEEDS[key] = fit_speed(device, own or samples)
+    return _SPEEDS[key]
+
+
+# one stored run: (model name, method or None, its rate, prune_seconds / predicted at that rate)
+Sample = tuple[str, str | None, float, float | None]
+
+
+def fit_speed(device: str, samples: list[Sample]) -> Speed:
+    """The rule of the module docstring over the runs' ``samples``."""
+    rates = [s[2] for s in samples]
+    if not rates:
+        return default_speed(device)
+    ratios: dict[str, list[float]] = {}
+    for _, method, _, ratio in samples:
+        if method is not None and ratio is not None:
+            ratios.setdefault(method, []).append(ratio)
+    lo, hi = FACTOR_BOUNDS
+    overhead = {k: min(hi, max(lo, statistics.median(v))) for k, v in ratios.items()}
+    return Speed(device, statistics.median(rates), overhead, len(rates))
+
+
+def run_sample(cfg: RunConfig, wall: float, metrics: dict, inline_dense: bool) -> Sample | None:
+    """A finished run's rate and phase ratio (None: too little measured work to tell).
+    ``wall``: its index row's finished − created; ``inline_dense``: its dense baseline ran
+    inside that time."""
+    shape = model_shape(cfg.model)
+    changing = cfg.kind in (PRUNE, SLICE)
+    work = changed_model_flops(cfg, shape) if changing else dense_flops(cfg, shape)
+    if changing and inline_dense:
+        work += dense_flops(cfg, shape)
+    prune_s = float(metrics.get("prune_seconds") or 0.0) if changing else 0.0
+    seconds = wall - load_seconds(shape) - prune_s
+    if seconds < MIN_WORK_SECONDS or work <= 0:
+        return None
+    rate = work / seconds
+    ratio = None
+    if changing and prune_s > 0:
+        ratio = prune_s / (prune_phase_flops(cfg, shape) / rate)
+    return (cfg.model.name, cfg.prune.method if changing else None, rate, ratio)
+
+
+def _samples(store: RunStore, device: str, recent: int) -> list[Sample]:
+    recs = [r for r in store.list(status="done") if r.kind in (EVAL, PRUNE, SLICE)]
+    created = {r.id: r.created for r in recs}
+    samples = []
+    for rec in recs[:recent]:
+        try:
+            cfg = RunConfig.from_dict(rec.config)
+            if device_type(cfg.model) != device or rec.finished is None:
+                continue
+            # the index row's summary is the run's metrics.json (RunWriter.commit)
+            m = rec.summary or store.load(rec.id).metrics
+            inline = created.get(m.get("dense_run"), 0.0) >= rec.created
+            sample = run_sample(cfg, rec.finished - rec.created, m, inline)
+        except (PruneScopeError, OSError, ValueError, KeyError, TypeError):
+            continue
+        if sample is not None:
+            samples.append(sample)
+    return samples
