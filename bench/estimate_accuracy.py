@@ -13,7 +13,8 @@ each ``--after`` k it rebuilds the index as it stood when piece k started (the r
 before it) and prints, for every piece not yet run, the estimate the app showed then against
 the piece's measured job time from the queue (estimate / measured), and the totals. With
 k = 0 the store is empty and the CPU's speed is this process's matmul benchmark, so that row
-depends on the load of the machine running the bench, not on the stored runs.
+depends on the load of the machine running the bench, not on the stored runs;
+``--cpu-gflops`` replaces that benchmark's rate (to see the row at a quiet machine's rate).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from core import requests
 from core.demo import QUEUE, demo_pieces, piece_config
-from core.estimate import default_speed, estimate_many, estimate_seconds, measured_speed
+from core.estimate import Speed, default_speed, estimate_many, estimate_seconds, measured_speed
 from core.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +72,7 @@ def store_as_of(source: Path, before: float, root: Path) -> RunStore:
     return RunStore(root)
 
 
-def replay(source: Path, after: list[int]) -> None:
+def replay(source: Path, after: list[int], cpu_gflops: float | None = None) -> None:
     queue = json.loads((source / "progress" / f"{QUEUE}.queue.json").read_text())
     items = queue["items"]
     model = items[0]["params"]["model"]
@@ -83,6 +84,8 @@ def replay(source: Path, after: list[int]) -> None:
     for k in after:
         store = store_as_of(source, items[k]["started"] if k else 0.0, tmp / str(k))
         speed = measured_speed(store, "cpu", model)
+        if cpu_gflops and not speed.n_runs:
+            speed = Speed("cpu", cpu_gflops * 1e9)
         print(
             f"\n-- after {k} piece(s) stored: {speed.source}, {speed.flops_per_s / 1e9:.0f} GFLOP/s"
         )
@@ -92,7 +95,7 @@ def replay(source: Path, after: list[int]) -> None:
         est_total = meas_total = 0.0
         for item in items[k:]:
             cfg = piece_config(store, pieces[item["key"]])
-            est, meas = estimate_many([cfg], store), measured[item["key"]]
+            est, meas = estimate_many([cfg], store, speed), measured[item["key"]]
             est_total, meas_total = est_total + est, meas_total + meas
             print(f"{item['key']:<14}{est:>9.1f}s{meas:>9.1f}s{est / meas:>7.2f}")
         print(f"{'total':<14}{est_total:>9.1f}s{meas_total:>9.1f}s{est_total / meas_total:>7.2f}")
@@ -105,9 +108,10 @@ def main() -> None:
     p.add_argument("--data-dir", default=None)
     p.add_argument("--replay", default=None, help="a store the demo set filled")
     p.add_argument("--after", default="0,1,2,4", help="pieces stored before the estimate")
+    p.add_argument("--cpu-gflops", type=float, default=None, help="empty store: this CPU rate")
     args = p.parse_args()
     if args.replay:
-        replay(Path(args.replay), [int(k) for k in args.after.split(",")])
+        replay(Path(args.replay), [int(k) for k in args.after.split(",")], args.cpu_gflops)
         return
     root = Path(args.store or tempfile.mkdtemp(prefix="prunescope-estimate-"))
     store = RunStore(root)

@@ -9,11 +9,14 @@ The rule, chosen before the demo set's outcome was compared and kept whatever it
   the weights' load and its prune_seconds. The evaluation alone (eval_tokens_per_s, used
   before) lasts ~0.5 s at the demo's 4 × 64 tokens: a dense run's is its cold first
   forwards (163 tokens/s against ~450 warm on the quiet demo set), and any run's is one
-  instant of a machine whose load changes by the minute. Runs of the planned run's model
-  are used when the store has any (a tiny model's forwards are per-layer overhead, not
-  FLOPs); the median over runs is the rate.
+  instant of a machine whose load changes by the minute. A run whose forwards took less
+  than the load it is measured net of gives no rate (the load is predicted, not measured,
+  so that difference would be its error). Runs of the planned run's model are used when
+  the store has any (a tiny model's forwards are per-layer overhead, not FLOPs); the median
+  over runs is the rate.
 - **Method factors on a model that has its fixed costs.** A method's factor is the median of
-  its runs' prune_seconds over the phase's predicted seconds at that run's own rate. The
+  its runs' prune_seconds over the phase's predicted seconds at that run's own rate (the
+  median rate for a run without one). The
   prediction counts the work that does not shrink with calibration tokens (choosing the
   weights, SparseGPT's column loop: core.cost.loop_flops), so a small run's ratio is
   ~1 when the model holds, instead of the 9.4 a pure FLOP ratio gave Wanda on one small run
@@ -60,7 +63,6 @@ LOAD_BYTES_PER_S = 1.5e8
 # others are fully counted (1.0).
 METHOD_OVERHEAD = {"slicegpt": 1.5, "attention-gd": 1.3}
 FACTOR_BOUNDS = (0.5, 2.0)
-MIN_WORK_SECONDS = 0.2  # a run with less measured time outside its phases gives no rate
 
 
 @dataclass(frozen=True)
@@ -129,33 +131,46 @@ def measured_speed(
         if len(_SPEEDS) > 64:
             _SPEEDS.clear()
         samples = _samples(store, device, recent)
-        own = [s for s in samples if s[0] == model]
+        own = [s for s in samples if s.model == model]
         _SPEEDS[key] = fit_speed(device, own or samples)
     return _SPEEDS[key]
 
 
-# one stored run: (model name, method or None, its rate, prune_seconds / predicted at that rate)
-Sample = tuple[str, str | None, float, float | None]
+@dataclass(frozen=True)
+class Sample:
+    """What one finished run tells: its model and method, its rate (None when its measured
+    forwards were shorter than the weights' load they are measured net of: a lean demo run's
+    ~0.5 s evaluation beside ~4 s of predicted load is the load's error, not a rate), and its
+    pruning phase's measured seconds and predicted work."""
+
+    model: str
+    method: str | None = None
+    rate: float | None = None
+    prune_seconds: float = 0.0
+    phase_flops: float = 0.0
 
 
 def fit_speed(device: str, samples: list[Sample]) -> Speed:
-    """The rule of the module docstring over the runs' ``samples``."""
-    rates = [s[2] for s in samples]
+    """The rule of the module docstring over the runs' ``samples``: the median rate, and per
+    method the median of prune_seconds over the phase's seconds at the run's own rate (the
+    median rate for a run without one), bounded."""
+    rates = [s.rate for s in samples if s.rate is not None]
     if not rates:
         return default_speed(device)
+    median = statistics.median(rates)
     ratios: dict[str, list[float]] = {}
-    for _, method, _, ratio in samples:
-        if method is not None and ratio is not None:
-            ratios.setdefault(method, []).append(ratio)
+    for s in samples:
+        if s.method is not None and s.prune_seconds > 0 and s.phase_flops > 0:
+            predicted = s.phase_flops / (s.rate or median)
+            ratios.setdefault(s.method, []).append(s.prune_seconds / predicted)
     lo, hi = FACTOR_BOUNDS
     overhead = {k: min(hi, max(lo, statistics.median(v))) for k, v in ratios.items()}
-    return Speed(device, statistics.median(rates), overhead, len(rates))
+    return Speed(device, median, overhead, len(rates))
 
 
-def run_sample(cfg: RunConfig, wall: float, metrics: dict, inline_dense: bool) -> Sample | None:
-    """A finished run's rate and phase ratio (None: too little measured work to tell).
-    ``wall``: its index row's finished − created; ``inline_dense``: its dense baseline ran
-    inside that time."""
+def run_sample(cfg: RunConfig, wall: float, metrics: dict, inline_dense: bool) -> Sample:
+    """A finished run's rate and phase. ``wall``: its index row's finished − created;
+    ``inline_dense``: its dense baseline ran inside that time."""
     shape = model_shape(cfg.model)
     changing = cfg.kind in (PRUNE, SLICE)
     work = changed_model_flops(cfg, shape) if changing else dense_flops(cfg, shape)
@@ -163,13 +178,10 @@ def run_sample(cfg: RunConfig, wall: float, metrics: dict, inline_dense: bool) -
         work += dense_flops(cfg, shape)
     prune_s = float(metrics.get("prune_seconds") or 0.0) if changing else 0.0
     seconds = wall - load_seconds(shape) - prune_s
-    if seconds < MIN_WORK_SECONDS or work <= 0:
-        return None
-    rate = work / seconds
-    ratio = None
-    if changing and prune_s > 0:
-        ratio = prune_s / (prune_phase_flops(cfg, shape) / rate)
-    return (cfg.model.name, cfg.prune.method if changing else None, rate, ratio)
+    rate = work / seconds if work > 0 and seconds >= load_seconds(shape) else None
+    if not changing:
+        return Sample(cfg.model.name, rate=rate)
+    return Sample(cfg.model.name, cfg.prune.method, rate, prune_s, prune_phase_flops(cfg, shape))
 
 
 def _samples(store: RunStore, device: str, recent: int) -> list[Sample]:
@@ -184,9 +196,7 @@ def _samples(store: RunStore, device: str, recent: int) -> list[Sample]:
             # the index row's summary is the run's metrics.json (RunWriter.commit)
             m = rec.summary or store.load(rec.id).metrics
             inline = created.get(m.get("dense_run"), 0.0) >= rec.created
-            sample = run_sample(cfg, rec.finished - rec.created, m, inline)
+            samples.append(run_sample(cfg, rec.finished - rec.created, m, inline))
         except (PruneScopeError, OSError, ValueError, KeyError, TypeError):
             continue
-        if sample is not None:
-            samples.append(sample)
     return samples

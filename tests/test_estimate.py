@@ -14,7 +14,7 @@ from core import requests
 from core.cost import changed_model_flops, dense_flops, loop_flops, model_shape, prune_phase_flops
 from core.estimate import Speed, default_speed, estimate_many, estimate_seconds, measured_speed
 from core.runs import RunOptions, execute
-from core.speed import fit_speed, load_seconds, run_sample
+from core.speed import Sample, fit_speed, load_seconds, run_sample
 from core.sweep_grid import SweepSpec, resolve_grid
 
 BASE = {"model": "smollm2-135m", "device": "cpu", "calib": "pydoc", "eval": "pydoc"}
@@ -160,31 +160,40 @@ def _record(store, cfg, wall: float, metrics: dict, created: float = 1000.0) -> 
 
 
 def test_a_runs_rate_is_its_work_over_its_time_less_load_and_phase() -> None:
-    cfg, rate = plan(method="wanda"), 5e10
+    cfg, rate = plan(method="wanda", measure="full"), 5e10
     prune_s = 1.2 * _phase_s(cfg, rate)
-    name, method, got, ratio = run_sample(
-        cfg, _wall(cfg, rate, prune_s), {"prune_seconds": prune_s}, False
-    )
-    assert (name, method) == ("smollm2-135m", "wanda")
-    assert got == pytest.approx(rate) and ratio == pytest.approx(1.2)
+    got = run_sample(cfg, _wall(cfg, rate, prune_s), {"prune_seconds": prune_s}, False)
+    assert (got.model, got.method) == ("smollm2-135m", "wanda")
+    assert got.rate == pytest.approx(rate) and got.prune_seconds == prune_s
+    assert fit_speed("cpu", [got]).factor("wanda") == pytest.approx(1.2)
     # a baseline computed inside the run's time is work of that time
     inline = run_sample(cfg, _wall(cfg, rate, prune_s, True), {"prune_seconds": prune_s}, True)
-    assert inline[2] == pytest.approx(rate)
-    # negative control: no time left outside the load and the phase gives no rate
-    shape = model_shape(cfg.model)
-    assert run_sample(cfg, load_seconds(shape) + prune_s, {"prune_seconds": prune_s}, False) is None
+    assert inline.rate == pytest.approx(rate)
+    # negative control: forwards shorter than the (predicted) load they are measured net of
+    # give no rate, only the phase; its ratio is then taken at the other runs' median rate
+    lean = plan(method="wanda", measure="lean")
+    short = run_sample(lean, _wall(lean, 1e12, prune_s), {"prune_seconds": prune_s}, False)
+    assert short.rate is None and short.prune_seconds == prune_s
+    speed = fit_speed("cpu", [short, Sample("smollm2-135m", rate=rate)])
+    assert speed.flops_per_s == rate and speed.n_runs == 1
+    assert speed.factor("wanda") == pytest.approx(prune_s / _phase_s(lean, rate))
 
 
 def test_method_factors_are_medians_bounded_to_half_and_double() -> None:
-    runs = [("m", "wanda", 1e10, r) for r in (1.1, 1.3, 9.4)]
-    runs += [("m", "sparsegpt", 1e10, 0.1), ("m", "slicegpt", 1e10, 1.4), ("m", None, 3e10, None)]
+    def run(method: str, ratio: float) -> Sample:  # a run whose phase took ratio × predicted
+        return Sample("m", method, 1e10, ratio * 1e10, 1e20)
+
+    runs = [run("wanda", r) for r in (1.1, 1.3, 9.4)]
+    runs += [run("sparsegpt", 0.1), run("slicegpt", 1.4), Sample("m", rate=3e10)]
     speed = fit_speed("cpu", runs)
     assert speed.flops_per_s == pytest.approx(1e10) and speed.n_runs == 6
     assert speed.factor("wanda") == pytest.approx(1.3)  # one outlier does not move a median
     assert speed.factor("sparsegpt") == 0.5  # bounded
-    assert fit_speed("cpu", [("m", "wanda", 1e10, 9.4)]).factor("wanda") == 2.0  # bounded
+    assert fit_speed("cpu", [run("wanda", 9.4)]).factor("wanda") == 2.0  # bounded
     assert speed.factor("slicegpt") == pytest.approx(1.4)  # inside the bounds: as measured
     assert speed.factor("magnitude") == 1.0  # no run: the default
+    # no run with a rate: the device's default speed
+    assert fit_speed("cuda", [Sample("m", "wanda", None, 1.0, 1e12)]) == default_speed("cuda")
 
 
 def test_fixed_loop_work_does_not_shrink_with_calibration_tokens() -> None:
@@ -204,7 +213,8 @@ def test_fixed_loop_work_does_not_shrink_with_calibration_tokens() -> None:
 def test_a_small_runs_ratio_does_not_inflate_a_big_run() -> None:
     """A small Wanda run that took what the model predicts (its loop work included) gives a
     factor 1; the old pure-FLOP ratio of the same run was > 1.5 and would scale every run."""
-    small, big, rate = plan(method="wanda", nsamples=8), plan(method="wanda", nsamples=128), 1e11
+    small = plan(method="wanda", nsamples=8, measure="full")
+    big, rate = plan(method="wanda", nsamples=128), 1e11
     shape = model_shape(small.model)
     prune_s = _phase_s(small, rate)
     sample = run_sample(small, _wall(small, rate, prune_s), {"prune_seconds": prune_s}, False)
@@ -220,7 +230,7 @@ def test_measured_speed_prefers_runs_of_the_planned_model(store) -> None:
     tiny = requests.plan_request(
         "prune", {**BASE, "model": "tiny-llama", "nsamples": 2, "seqlen": 32, "max_windows": 2}
     )
-    small = plan(method="wanda")
+    small = plan(method="wanda", measure="full")
     _record(store, tiny, _wall(tiny, 1e8, 9.0), {"prune_seconds": 9.0})
     _record(store, small, _wall(small, 1e11, 4.0), {"prune_seconds": 4.0}, created=2000.0)
     own = measured_speed(store, "cpu", "smollm2-135m")
@@ -231,5 +241,5 @@ def test_measured_speed_prefers_runs_of_the_planned_model(store) -> None:
     assert anyone.n_runs == 2 and 1e8 < anyone.flops_per_s < 1e11
     # a stored run is free; another sparsity is estimated at the measured speed
     assert estimate_seconds(small, store) == 0.0
-    other = plan(method="wanda", sparsity=0.3)
+    other = plan(method="wanda", sparsity=0.3, measure="full")
     assert estimate_seconds(other, store) == pytest.approx(estimate_seconds(other, speed=own))
