@@ -1,7 +1,9 @@
 """A device's speed, for the duration estimates (core.estimate): its effective FLOP/s and a
 factor per pruning method, measured on the store's finished runs (the defaults without).
 
-The rule, chosen before the demo set's outcome was compared and kept whatever it showed:
+The rule was set from the stage times of the quiet demo set (where the seconds went) before
+its estimates were compared with its job times; one amendment came after the first
+comparison, the no-rate clause below, when lean slice runs gave rates from their load's error:
 
 - **Effective FLOP/s from a whole run's time, not its evaluation's.** A stored run's rate is
   its work outside the pruning phase (core.cost: evaluation, effective dimension, latency,
@@ -16,11 +18,12 @@ The rule, chosen before the demo set's outcome was compared and kept whatever it
   over runs is the rate.
 - **Method factors on a model that has its fixed costs.** A method's factor is the median of
   its runs' prune_seconds over the phase's predicted seconds at that run's own rate (the
-  median rate for a run without one). The
-  prediction counts the work that does not shrink with calibration tokens (choosing the
-  weights, SparseGPT's column loop: core.cost.loop_flops), so a small run's ratio is
-  ~1 when the model holds, instead of the 9.4 a pure FLOP ratio gave Wanda on one small run
-  and then multiplied into every bigger one. The factor is bounded to [1/2, 2]
+  median rate for a run without one). The prediction counts the work that does not shrink
+  with calibration tokens (choosing the weights, SparseGPT's column loop:
+  core.cost.loop_flops), so a small run's ratio is ~1 when the model holds, instead of the
+  9.4 a pure FLOP ratio gave Wanda on one small run (its 78 s phase under load over the
+  rate of a 0.5 s evaluation in a quiet instant), multiplied into every bigger run. The
+  factor is bounded to [1/2, 2]
   (``FACTOR_BOUNDS``): past that the run measured a regime the model does not describe
   (a load spike inside the phase, a model dominated by per-layer overhead) and carrying it
   to other sizes would do more harm than the bound.
