@@ -114,7 +114,7 @@ def stamps(page) -> dict:
     return page.evaluate("() => ({...window.__psRuns, now: performance.now()})")
 
 
-def timing(page, t0_ms: float, after: int, timeout_ms: int = 120_000) -> Timing:
+def timing(page, t0_ms: float, after: int, timeout_ms: int = 600_000) -> Timing:
     """Wait for the run after ``after`` and its charts, quiet for QUIET_MS; time from t0_ms."""
     wait_run(page, after, timeout_ms)
     wait_charts(page, timeout_ms)
