@@ -169,6 +169,9 @@ def one_pass(page, url: str, first: bool) -> dict[str, dict[str, Timing]]:
     if not first:
         for name in PAGES:
             out["load"][name] = load(page, url, name)
+    for how, timings in out.items():  # progress on stderr: a loaded machine's pass is long
+        line = ", ".join(f"{name} {t.total:.2f}" for name, t in timings.items())
+        print(f"{'first' if first else 'warm'} {how}: {line}", file=sys.stderr, flush=True)
     return out
 
 
