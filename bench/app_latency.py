@@ -27,7 +27,10 @@ warm passes (default 5), each navigating to every page, sending a new prompt, an
 every page by URL. ``median``/``max`` are over the warm passes only. The split columns
 (medians over the warm navigations) say where the time goes: ``ask`` from the action to
 the run's start (the browser's message and the server's queue), ``run`` the script run
-with its elements sent and laid out, ``draw`` from the run's end to the last chart change.
+with its elements sent and laid out, ``draw`` from the run's end to the last chart change
+(usually 0: Chromium draws each chart as its element arrives, so ``run`` includes drawing).
+For the server's share alone (CPU seconds of each page script, load-robust), run
+bench/app_script_cpu.py on the same store.
 
 Measurement artefacts removed in session 8 (figures before it are not comparable):
 1. a fixed 300 ms sleep before every wait for the script to be idle (the count of finished
