@@ -1,40 +1,75 @@
-"""Time to first render of every page, and of the attention heatmaps of a stored run.
+"""Seconds per page render, and for the attention heatmaps of a new prompt, in Chromium.
 
-    python bench/app_latency.py                      # starts its own server on a temp store
-    python bench/app_latency.py --url http://127.0.0.1:8501 --repeat 3
     python bench/app_latency.py --runs 200 --store /tmp/store200   # a store of 200 runs
+    python bench/app_latency.py                      # its own server on a temp store
+    python bench/app_latency.py --url http://127.0.0.1:8501 --repeat 5
 
 With ``--runs N`` the store is first filled to N runs by bench/bulk_store.py: the demo set
-run for real on tiny-llama, then its runs duplicated under new ids.
+run for real on tiny-llama, then its runs duplicated under new ids (an existing store is
+reused). Without --url the script starts ``streamlit run app.py`` with PRUNESCOPE_HOME set
+to --store (default: a temp folder) and, if that store has no prune run, makes one on
+tiny-llama with the offline corpus so the heatmap has something to draw.
 
-Without --url the script starts ``streamlit run app.py`` with PRUNESCOPE_HOME set to --store
-(default: a temp folder) and, if that store has no prune run, makes one on tiny-llama with
-the offline corpus so the heatmap has something to draw. A "render" is: navigation until the
-page's script finished and every Plotly chart drew its SVG, in Debian's Chromium.
+What is timed (every figure in the browser's clock, ``performance.now()``, from the
+action to the later of the page's script run ending and the last DOM change inside a
+Plotly chart; see bench/appserver.py's RUN_COUNTER):
+
+- ``navigate``: a click on the page's sidebar link, in the session already open: how a user
+  switches pages. This is "the page's render".
+- ``load``: the page's URL loaded anew (page.goto: the JS bundle, a new websocket session,
+  app.py's first run in that session), as when a link is opened.
+- ``heatmap``: on Attention masks, a prompt never seen before typed and sent (Ctrl+Enter):
+  the prompt fragment's run until its charts are redrawn.
+
+Pass 0 runs right after the server started (the ``first`` column: Home is loaded, as a
+user arrives, then every other page is navigated to, then the heatmap); then ``--repeat``
+warm passes (default 5), each navigating to every page, sending a new prompt, and loading
+every page by URL. ``median``/``max`` are over the warm passes only. The split columns
+(medians over the warm navigations) say where the time goes: ``ask`` from the action to
+the run's start (the browser's message and the server's queue), ``run`` the script run
+with its elements sent and laid out, ``draw`` from the run's end to the last chart change
+(usually 0: Chromium draws each chart as its element arrives, so ``run`` includes drawing).
+For the server's share alone (CPU seconds of each page script, load-robust), run
+bench/app_script_cpu.py on the same store.
+
+Measurement artefacts removed in session 8 (figures before it are not comparable):
+1. a fixed 300 ms sleep before every wait for the script to be idle (the count of finished
+   runs replaces it);
+2. every "render" was a full reload (page.goto), not a sidebar click (now both, in columns);
+3. with --repeat 2 the median mixed the cold first pass with one warm one (now the first
+   pass is its own column and the median is over --repeat >= 5 warm passes);
+4. the time was wall clock around Playwright's polling; now it is the browser's own stamps.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from appserver import (
+    CHART,
     PAGES,
     ROOT,
     chromium_page,
-    open_page,
+    nav_link,
+    runs_finished,
     streamlit_server,
     wait_charts,
     wait_idle,
+    wait_run,
 )
 from bulk_store import build
 
+HEATMAP = "heatmap (new prompt)"
+QUIET_MS = 300  # no chart change for this long = drawn (waited for, not counted)
 SEED_RUN = [
     "prune",
     "--model",
@@ -67,40 +102,116 @@ def ensure_prune_run(store: Path) -> None:
     )
 
 
-def time_heatmap(page, url: str) -> float:
-    """Open Attention masks, then time a new prompt until the heatmaps are redrawn."""
-    open_page(page, url, "Attention masks")
-    box = page.get_by_label("Prompt", exact=True)
-    box.fill(f"A new prompt typed at {time.time():.0f} to miss every cache.")
-    t0 = time.perf_counter()
-    box.press("Control+Enter")
+@dataclass(frozen=True)
+class Timing:
+    """One timed action, in seconds of the browser's clock."""
+
+    total: float
+    ask: float  # action -> the script run started
+    run: float  # the run's start -> its end
+    draw: float  # the run's end -> the last chart change (0 if no chart changed)
+    charts: int
+
+
+def stamps(page) -> dict:
+    return page.evaluate("() => ({...window.__psRuns, now: performance.now()})")
+
+
+def timing(page, t0_ms: float, after: int, timeout_ms: int = 600_000) -> Timing:
+    """Wait for the run after ``after`` and its charts, quiet for QUIET_MS; time from t0_ms."""
+    wait_run(page, after, timeout_ms)
+    wait_charts(page, timeout_ms)
+    page.wait_for_function(
+        f"() => performance.now() - window.__psRuns.tDraw > {QUIET_MS}", timeout=timeout_ms
+    )
+    s = stamps(page)
+    end = max(s["tEnd"], s["tDraw"])
+    draw = max(s["tDraw"] - s["tEnd"], 0.0) if s["tDraw"] > t0_ms else 0.0
+    charts = page.locator(CHART).count()
+    return Timing(
+        (end - t0_ms) / 1e3, (s["tStart"] - t0_ms) / 1e3, (s["tEnd"] - s["tStart"]) / 1e3,
+        draw / 1e3, charts,
+    )  # fmt: skip
+
+
+def load(page, url: str, name: str) -> Timing:
+    """page.goto the page's URL; t = 0 is the new document's navigation start."""
+    page.goto(f"{url}/{PAGES[name]}")
+    return timing(page, 0.0, 0)
+
+
+def act(page, action) -> Timing:
+    """Do ``action`` in the open session and time the script run it causes."""
     wait_idle(page)
-    wait_charts(page)
-    return time.perf_counter() - t0
+    before, t0 = runs_finished(page), stamps(page)["now"]
+    action()
+    return timing(page, t0, before)
 
 
-def measure(url: str, repeat: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {name: [] for name in [*PAGES, "heatmap (new prompt)"]}
+def navigate(page, name: str) -> Timing:
+    return act(page, nav_link(page, name).click)
+
+
+def heatmap(page) -> Timing:
+    """On Attention masks: a prompt never typed before, sent with Ctrl+Enter."""
+    box = page.get_by_label("Prompt", exact=True)
+    box.fill(f"A new prompt typed at {time.time():.3f} to miss every cache.")
+    return act(page, lambda: box.press("Control+Enter"))
+
+
+def one_pass(page, url: str, first: bool) -> dict[str, dict[str, Timing]]:
+    """Navigate to every page (then the heatmap), then load every page by URL."""
+    out: dict[str, dict[str, Timing]] = {"navigate": {}, "load": {}}
+    for name in PAGES:
+        if first and name == "Home":
+            out["navigate"][name] = load(page, url, name)  # how a user arrives
+        else:
+            out["navigate"][name] = navigate(page, name)
+        if name == "Attention masks":
+            out["navigate"][HEATMAP] = heatmap(page)
+    if not first:
+        for name in PAGES:
+            out["load"][name] = load(page, url, name)
+    for how, timings in out.items():  # progress on stderr: a loaded machine's pass is long
+        line = ", ".join(f"{name} {t.total:.2f}" for name, t in timings.items())
+        print(f"{'first' if first else 'warm'} {how}: {line}", file=sys.stderr, flush=True)
+    return out
+
+
+def measure(url: str, repeat: int) -> tuple[dict, list[dict]]:
+    """(pass 0 right after the server started, the warm passes)."""
     with chromium_page() as page:
-        for _ in range(repeat):
-            for name in PAGES:
-                times[name].append(open_page(page, url, name))
-            times["heatmap (new prompt)"].append(time_heatmap(page, url))
-    return times
+        cold = one_pass(page, url, first=True)
+        warm = [one_pass(page, url, first=False) for _ in range(repeat)]
+    return cold, warm
 
 
-def print_table(times: dict[str, list[float]]) -> None:
-    width = max(len(k) for k in times)
-    print(f"{'page'.ljust(width)}  {'first':>7}  {'median':>7}  {'max':>7}   (seconds)")
-    for name, ts in times.items():
-        print(f"{name.ljust(width)}  {ts[0]:7.2f}  {statistics.median(ts):7.2f}  {max(ts):7.2f}")
+def print_table(cold: dict, warm: list[dict]) -> None:
+    names = [*PAGES, HEATMAP]
+    width = max(len(k) for k in names)
+    print(f"{'seconds':{width}}  {'first':>6} {'median':>6} {'max':>6} {'load':>6}"
+          f"   {'ask':>5} {'run':>5} {'draw':>5} {'charts':>6}")  # fmt: skip
+    for name in names:
+        nav = [w["navigate"][name] for w in warm]
+        loads = [w["load"][name].total for w in warm if name in w["load"]]
+        med = {f: statistics.median(getattr(t, f) for t in nav) for f in ("ask", "run", "draw")}
+        load_s = f"{statistics.median(loads):6.2f}" if loads else f"{'-':>6}"
+        print(
+            f"{name:{width}}  {cold['navigate'][name].total:6.2f} "
+            f"{statistics.median(t.total for t in nav):6.2f} {max(t.total for t in nav):6.2f} "
+            f"{load_s}   {med['ask']:5.2f} {med['run']:5.2f} {med['draw']:5.2f} "
+            f"{nav[-1].charts:6d}"
+        )
+    print(f"({len(warm)} warm passes; first = pass 0 right after the server started; "
+          f"load = the URL loaded anew, median; ask/run/draw = medians of the warm navigate; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", help="a running PruneScope app (default: start one)")
     ap.add_argument("--store", type=Path, help="results store for a server started here")
-    ap.add_argument("--repeat", type=int, default=2, help="passes over the pages (default 2)")
+    ap.add_argument("--repeat", type=int, default=5, help="warm passes (default 5)")
     ap.add_argument("--runs", type=int, help="fill the store to this many runs first")
     ap.add_argument("--model", default="tiny-llama", help="model of the --runs store's real runs")
     ap.add_argument("--seed-store", type=Path, help="--runs: copy this store's runs first")
@@ -114,7 +225,7 @@ def main() -> None:
             else:
                 ensure_prune_run(store)
             url = stack.enter_context(streamlit_server(store))
-        print_table(measure(url.rstrip("/"), args.repeat))
+        print_table(*measure(url.rstrip("/"), args.repeat))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,13 @@
 
 Shared by tests/test_e2e_browser.py, bench/screenshots.py and bench/app_latency.py. Never
 runs ``playwright install``: the browser is /usr/bin/chromium (apt-get install chromium).
+
+When a script run ends is read exactly, without a fixed sleep: every page gets an init
+script (RUN_COUNTER) whose MutationObservers keep, in ``window.__psRuns``, the count of the
+``stApp`` element's ``data-test-script-state`` changes to ``notRunning`` (finished runs; a
+fragment's run counts too), the ``performance.now()`` of the last run's start and end, and
+of the last DOM change inside a Plotly chart (its drawing). An action reads the count first
+(``runs_finished``) and then waits until the count has passed it (``wait_run``).
 """
 
 from __future__ import annotations
@@ -30,6 +37,29 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+CHART = "[data-testid='stPlotlyChart']"
+# See the module docstring. tStart/tEnd: the last run's start and end; tDraw: the last change
+# inside a chart, all in performance.now() milliseconds (0 = the document's navigation start).
+RUN_COUNTER = """
+(() => {
+  const runs = (window.__psRuns = {finished: 0, tStart: 0, tEnd: 0, tDraw: 0});
+  new MutationObserver((records) => {
+    for (const r of records) {
+      const now = r.target.getAttribute("data-test-script-state");
+      if (now === r.oldValue) continue;
+      if (now === "running") runs.tStart = performance.now();
+      if (now === "notRunning") { runs.finished++; runs.tEnd = performance.now(); }
+    }
+  }).observe(document, {subtree: true, attributes: true, attributeOldValue: true,
+                        attributeFilter: ["data-test-script-state"]});
+  new MutationObserver((records) => {
+    for (const r of records) {
+      const el = r.target.nodeType === 1 ? r.target : r.target.parentElement;
+      if (el && el.closest("[data-testid=stPlotlyChart]")) { runs.tDraw = performance.now(); return; }
+    }
+  }).observe(document, {subtree: true, childList: true, attributes: true});
+})();
+"""
 # url path of each page (st.Page derives it from the file name; Home is the default "/").
 PAGES = {
     "Home": "",
@@ -111,35 +141,53 @@ def chromium_page(width: int = 1500, height: int = 1000) -> Iterator:
             headless=True,
             viewport={"width": width, "height": height},
         )
+        ctx.add_init_script(RUN_COUNTER)
         try:
             yield ctx.pages[0] if ctx.pages else ctx.new_page()
         finally:
             ctx.close()
 
 
+def runs_finished(page) -> int:
+    """Script runs finished in this document so far (0 right after a load)."""
+    return page.evaluate("() => window.__psRuns ? window.__psRuns.finished : 0")
+
+
+def wait_run(page, after: int, timeout_ms: int = 60_000) -> None:
+    """Wait until a script run has finished since the count was ``after``, and none runs."""
+    page.wait_for_function(
+        f"""n => window.__psRuns && window.__psRuns.finished > n
+                 && document.querySelector("{IDLE}")""",
+        arg=after,
+        timeout=timeout_ms,
+    )
+
+
 def wait_idle(page, timeout_ms: int = 60_000) -> None:
-    """Wait until the script run triggered by the last action has finished."""
-    page.wait_for_timeout(300)  # let the rerun start
+    """Wait until no script runs (at once if none does; no sleep)."""
     page.wait_for_selector(IDLE, timeout=timeout_ms)
 
 
 def wait_charts(page, timeout_ms: int = 30_000) -> None:
     """Wait until every Plotly chart on the page has drawn its SVG."""
     page.wait_for_function(
-        """() => [...document.querySelectorAll("[data-testid='stPlotlyChart']")]
+        f"""() => [...document.querySelectorAll("{CHART}")]
                  .every(c => c.querySelector('.main-svg'))""",
         timeout=timeout_ms,
     )
 
 
-def open_page(page, url: str, name: str, timeout_ms: int = 60_000) -> float:
-    """Load a page by name; returns seconds until its script ran and its charts were drawn."""
-    t0 = time.perf_counter()
+def open_page(page, url: str, name: str, timeout_ms: int = 60_000) -> None:
+    """Load a page by URL (a full reload: the JS bundle and a new session) and wait until
+    its script run finished and its charts were drawn."""
     page.goto(f"{url}/{PAGES[name]}")
-    page.wait_for_selector("[data-testid='stApp']", timeout=timeout_ms)
-    wait_idle(page, timeout_ms)
+    wait_run(page, 0, timeout_ms)
     wait_charts(page, timeout_ms)
-    return time.perf_counter() - t0
+
+
+def nav_link(page, name: str):
+    """The sidebar's link to a page (client-side navigation, as a user switches pages)."""
+    return page.locator(f"[data-testid='stSidebarNav'] a[href$='/{PAGES[name]}']")
 
 
 def choose(page, label: str, option: str, tries: int = 3) -> None:
@@ -161,8 +209,12 @@ def choose(page, label: str, option: str, tries: int = 3) -> None:
                 raise
             page.keyboard.press("Escape")
             continue
+        if item.get_attribute("aria-selected") == "true":  # no change, so no rerun
+            page.keyboard.press("Escape")
+            return
+        before = runs_finished(page)
         item.click()
-        wait_idle(page)
+        wait_run(page, before)
         return
 
 
