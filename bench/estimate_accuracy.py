@@ -31,7 +31,8 @@ from pathlib import Path
 
 from core import requests
 from core.demo import QUEUE, demo_pieces, piece_config
-from core.estimate import Speed, default_speed, estimate_many, estimate_seconds, measured_speed
+from core.estimate import estimate_many, estimate_seconds
+from core.speed import Speed, default_speed, measured_speed
 from core.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]

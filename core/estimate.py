@@ -56,10 +56,8 @@ from core.cost import (
 from core.errors import PruneScopeError
 from core.names import EVAL, PRUNE, SLICE, SWEEP, ZEROSHOT
 from core.runs.plan import sweep_points
-from core.speed import Speed, default_speed, load_seconds, measured_speed
+from core.speed import Speed, load_seconds, measured_speed
 from core.store import RunStore
-
-__all__ = ["Speed", "default_speed", "estimate_many", "estimate_seconds", "measured_speed"]
 
 # Start-up: Python, torch, transformers and core (`python -m core --help`: 4.5 s on the 2-core
 # machine at load ~1.7), then reading the weights.
@@ -149,7 +147,9 @@ def estimate_many(
             continue
         device = device_type(cfg.model)
         key = f"{device}:{cfg.model.name}"
-        sp = speed or speeds.setdefault(key, measured_speed(store, device, cfg.model.name))
+        if speed is None and key not in speeds:
+            speeds[key] = measured_speed(store, device, cfg.model.name)
+        sp = speed or speeds[key]
         if cfg.kind in (PRUNE, SLICE):
             total += _changed_seconds(cfg, model_shape(cfg.model), sp)
         elif cfg.kind == SWEEP:

@@ -11,13 +11,15 @@ from typing import Any
 import streamlit as st
 
 from core import jobs
+from core.config import ModelSpec
+from core.cost import device_type
 from core.data import default_data_dir
 from core.errors import ConfigError, PruneScopeError
-from core.estimate import measured_speed
 from core.field import CHOICE, FLAG, FLOAT, INT, MULTI, Field, method_list
 from core.fields import PRESETS, app_preset
 from core.model_names import available_models
 from core.option_fields import EXPERT, option_fields, option_pairs
+from core.speed import Speed, measured_speed
 from core.store import RunStore
 from pages.common import device_info
 
@@ -164,10 +166,11 @@ def method_options(method: str, key: str, prefix: str = "") -> list[str]:
     return option_pairs(method, values, prefix)
 
 
-def speed_for(store: RunStore, device: str):
-    """The device's speed measured on stored runs (core.estimate reads it once per version
-    of the store)."""
-    return measured_speed(store, device)
+def speed_for(store: RunStore, model: ModelSpec) -> Speed:
+    """The speed core.estimate plans ``model``'s runs with: its device's, measured on the
+    store's runs of that model when there are any (core.speed reads it once per version of
+    the store)."""
+    return measured_speed(store, device_type(model), model.name)
 
 
 def show_estimate(plan: Callable[[], tuple[float, str]]) -> None:

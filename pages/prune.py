@@ -10,7 +10,6 @@ import pandas as pd
 import streamlit as st
 
 from core import figures, jobs, requests
-from core.cost import device_type
 from core.errors import PruneScopeError, StoreError
 from core.estimate import estimate_seconds
 from core.fields import command_fields, defaults
@@ -91,7 +90,7 @@ def estimate(values: dict[str, Any]) -> tuple[float, str]:
     """The run's estimated duration with these values (an upload counts as a small file)."""
     planned = {k: ("pydoc" if v == UPLOAD else v) for k, v in values.items()}
     cfg = requests.plan_request("prune", planned, store)
-    speed = speed_for(store, device_type(cfg.model))
+    speed = speed_for(store, cfg.model)
     return estimate_seconds(cfg, store, speed), speed.source
 
 

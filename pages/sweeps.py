@@ -8,7 +8,6 @@ from typing import Any
 import streamlit as st
 
 from core import jobs
-from core.cost import device_type
 from core.errors import PruneScopeError
 from core.fields import command_fields, defaults, sweep_defaults
 from core.figures.sweeps import accuracy_curves, sweep_curves
@@ -119,7 +118,7 @@ def estimate(values: dict[str, Any]) -> tuple[float, str]:
     points = [c for c in plan.configs if c.kind in PRUNED_KINDS]
     stored = {r.id for r in list_runs(store, status="done")}
     todo = sum(1 for c in points if c.run_id not in stored)
-    speed = speed_for(store, device_type(plan.configs[0].model))
+    speed = speed_for(store, plan.configs[0].model)
     st.caption("Command line: `python -m core " + " ".join(plan.argv) + "`")
     what = f"{todo} of {len(points)} point(s) to compute, with the dense baseline; {speed.source}"
     return plan.seconds, what

@@ -12,9 +12,17 @@ import pytest
 
 from core import requests
 from core.cost import changed_model_flops, dense_flops, loop_flops, model_shape, prune_phase_flops
-from core.estimate import Speed, default_speed, estimate_many, estimate_seconds, measured_speed
+from core.estimate import estimate_many, estimate_seconds
 from core.runs import RunOptions, execute
-from core.speed import Sample, fit_speed, load_seconds, run_sample
+from core.speed import (
+    Sample,
+    Speed,
+    default_speed,
+    fit_speed,
+    load_seconds,
+    measured_speed,
+    run_sample,
+)
 from core.sweep_grid import SweepSpec, resolve_grid
 
 BASE = {"model": "smollm2-135m", "device": "cpu", "calib": "pydoc", "eval": "pydoc"}
