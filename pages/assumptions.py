@@ -19,7 +19,14 @@ from core.methods.attention_gd.method import (
     TABLE_TRAJECTORY,
 )
 from core.store import Run
-from pages.common import get_store, list_runs, number_table, pick_run, require_frame
+from pages.common import (
+    get_store,
+    list_runs,
+    number_table,
+    open_section,
+    pick_run,
+    require_frame,
+)
 from pages.starters import offer_run
 
 require_frame(__file__)
@@ -62,11 +69,18 @@ def control_paths() -> pd.DataFrame:
     return pd.DataFrame(control_trajectories())
 
 
-st.subheader("Controls: the rule says no where the answer is no")
-st.dataframe(control_rows(), hide_index=True, key="controls")
+VERDICTS, ESTIMATES, AUDIT, CONTROLS = (
+    "Verdicts and trajectories",
+    "Estimates per group",
+    "How far GD moved",
+    "Controls: how to read the curves",
+)
 
-with st.expander("How to read the curves: what each looks like if the assumption holds or fails",
-                 expanded=True):  # fmt: skip
+
+def show_controls() -> None:
+    """The rule on three known functions, and the four panels read on their GD paths."""
+    st.subheader("Controls: the rule says no where the answer is no")
+    st.dataframe(control_rows(), hide_index=True, key="controls")
     st.markdown(CURVES)
     st.plotly_chart(figures.gd_trajectories(control_paths(), series="control"),
                     key="control_paths")  # fmt: skip
@@ -78,81 +92,101 @@ with st.expander("How to read the curves: what each looks like if the assumption
         "not Lipschitz at ½, so the secant estimate climbs by orders of magnitude."
     )
 
+
+def show_verdicts(run: Run, groups: pd.DataFrame) -> None:
+    """The run's verdict, the count per verdict, and one group's GD trajectory."""
+    m = run.metrics
+    counts = groups["verdict"].value_counts()
+    c = st.columns(4)
+    c[0].metric("run verdict", str(m.get("gd_verdict", "–")))
+    for col, v in zip(c[1:], ("supported", "contradicted", "inconclusive"), strict=True):
+        col.metric(f"groups {v}", f"{int(counts.get(v, 0))} / {len(groups)}")
+    st.caption(f"The rule's controls, and what each curve looks like, are under '{CONTROLS}'.")
+    traj = run.table(TABLE_TRAJECTORY)
+    c1, c2 = st.columns(2)
+    layer = c1.selectbox("Layer", sorted(traj["layer"].unique()), key="gd_layer")
+    group = c2.selectbox("GQA group", sorted(traj.loc[traj["layer"] == layer, "group"].unique()),
+                         key="gd_group")  # fmt: skip
+    sel = traj[(traj["layer"] == layer) & (traj["group"] == group)].copy()
+    sel["block"] = sel.apply(
+        lambda r: f"q head {int(r['head'])}" if r["matrix"] == "q"
+        else ("k (shared)" if r["matrix"] == "k" else "group total"), axis=1)  # fmt: skip
+    row = groups[(groups["layer"] == layer) & (groups["group"] == group)].iloc[0]
+    st.markdown(f"**Layer {layer}, group {group}: {row['verdict']}** ({row.get('reason', '')})")
+    theory: dict[str, dict[str, float]] = {"lipschitz_est": {}, "pl_ratio": {}}
+    for name, key, panel in (("analytical bound", "lipschitz_bound", "lipschitz_est"),
+                             ("Hessian L̂", "lipschitz_hessian", "lipschitz_est"),
+                             ("μ̂", "mu_hat", "pl_ratio")):  # fmt: skip
+        value = row.get(key)
+        if value is not None and math.isfinite(value) and value > 0:
+            theory[panel][name] = float(value)
+    st.plotly_chart(figures.gd_trajectories(sel, theory, series="block"), key="gd_traj")
+    st.caption(
+        "PL ratios on the trajectory use the independent L* (lower end), not the run's own best."
+    )
+    if TABLE_HEADS in run.tables():
+        heads = run.table(TABLE_HEADS)
+        st.dataframe(heads[heads["layer"] == layer], hide_index=True, key="gd_heads")
+
+
+def show_estimates(groups: pd.DataFrame) -> None:
+    """The estimates behind the verdicts: their spread over groups, then every group."""
+    st.dataframe(
+        groups.pivot_table(index="layer", columns="verdict", values="group", aggfunc="count",
+                           fill_value=0),
+        key="verdict_counts", width="content",
+    )  # fmt: skip
+    present = [e for e in ESTIMATES if e in groups]
+    spread = (
+        groups[present].describe(percentiles=[0.1, 0.5, 0.9]).T[["min", "10%", "50%", "90%", "max"]]
+    )
+    number_table(spread, "spread", "%.3g")
+    st.caption(
+        "μ̂: smallest PL ratio with L* at its lower end; L̂: Hessian power iteration and secants "
+        "(measured, lower estimates) beside the analytical upper bound (NaN where the model has "
+        "q/k biases or norms the bound does not cover)."
+    )
+    shown = ["layer", "group", "verdict", "reason", *present, "pl_slope", "hessian_slope",
+             "n_points", "gap_decades", "steps", "mask_delta", "attn_fro_rel"]  # fmt: skip
+    st.dataframe(groups[[col for col in shown if col in groups]], hide_index=True, key="gd_groups")
+
+
+def show_audit(run: Run) -> None:
+    """How much of GD's mask the magnitude and Wanda masks at the same sparsity also keep."""
+    m = run.metrics
+    a1, a2, a3 = st.columns(3)
+    a1.metric(
+        "kept entries shared with magnitude", f"{m.get('mask_agreement_magnitude', math.nan):.1%}"
+    )
+    a2.metric("kept entries shared with Wanda", f"{m.get('mask_agreement_wanda', math.nan):.1%}")
+    a3.metric("mean ‖M_T − M₀‖ / ‖M₀‖", f"{m.get('mask_delta', math.nan):.3g}")
+    if TABLE_AGREEMENT in run.tables():
+        agree = run.table(TABLE_AGREEMENT)
+        st.dataframe(agree.pivot_table(index="layer", columns="role",
+                                       values=["agreement_magnitude", "agreement_wanda"]),
+                     key="agreement")  # fmt: skip
+
+
+# ---- page ------------------------------------------------------------------------------------------------
 gd_runs = [
     r
     for r in list_runs(store, kind="prune", status="done")
     if r.method == "attention-gd" and TABLE_GROUPS in Run(r, store.run_dir(r.id)).tables()
 ]
-if not gd_runs:
+run = store.load(pick_run("Run", gd_runs, key="gd_run").id) if gd_runs else None
+if run is None:  # the controls still teach how to read the curves meanwhile
     offer_run(store, PAGE_ASSUMPTIONS, "No attention-gd run with assumption checks yet.")
-    st.stop()
-
-run = store.load(pick_run("Run", gd_runs, key="gd_run").id)
-groups = run.table(TABLE_GROUPS)
-m = run.metrics
-
-st.subheader("Verdicts")
-counts = groups["verdict"].value_counts()
-c = st.columns(4)
-c[0].metric("run verdict", str(m.get("gd_verdict", "–")))
-for col, v in zip(c[1:], ("supported", "contradicted", "inconclusive"), strict=True):
-    col.metric(f"groups {v}", f"{int(counts.get(v, 0))} / {len(groups)}")
-st.dataframe(
-    groups.pivot_table(index="layer", columns="verdict", values="group", aggfunc="count",
-                       fill_value=0),
-    key="verdict_counts", width="content",
-)  # fmt: skip
-
-st.subheader("Estimates per group, with their spread")
-present = [e for e in ESTIMATES if e in groups]
-spread = (
-    groups[present].describe(percentiles=[0.1, 0.5, 0.9]).T[["min", "10%", "50%", "90%", "max"]]
+section, pane = open_section(
+    [VERDICTS, ESTIMATES, AUDIT, CONTROLS], key="gd_section", default=None if run else CONTROLS
 )
-number_table(spread, "spread", "%.3g")
-st.caption(
-    "μ̂: smallest PL ratio with L* at its lower end; L̂: Hessian power iteration and secants "
-    "(measured, lower estimates) beside the analytical upper bound (NaN where the model has q/k "
-    "biases or norms the bound does not cover)."
-)
-shown = ["layer", "group", "verdict", "reason", *present, "pl_slope", "hessian_slope",
-         "n_points", "gap_decades", "steps", "mask_delta", "attn_fro_rel"]  # fmt: skip
-st.dataframe(groups[[col for col in shown if col in groups]], hide_index=True, key="gd_groups")
-
-st.subheader("How far GD moved from the baselines")
-a1, a2, a3 = st.columns(3)
-a1.metric(
-    "kept entries shared with magnitude", f"{m.get('mask_agreement_magnitude', math.nan):.1%}"
-)
-a2.metric("kept entries shared with Wanda", f"{m.get('mask_agreement_wanda', math.nan):.1%}")
-a3.metric("mean ‖M_T − M₀‖ / ‖M₀‖", f"{m.get('mask_delta', math.nan):.3g}")
-if TABLE_AGREEMENT in run.tables():
-    agree = run.table(TABLE_AGREEMENT)
-    st.dataframe(agree.pivot_table(index="layer", columns="role",
-                                   values=["agreement_magnitude", "agreement_wanda"]),
-                 key="agreement")  # fmt: skip
-
-st.subheader("Trajectories")
-traj = run.table(TABLE_TRAJECTORY)
-c1, c2 = st.columns(2)
-layer = c1.selectbox("Layer", sorted(traj["layer"].unique()), key="gd_layer")
-group = c2.selectbox("GQA group", sorted(traj.loc[traj["layer"] == layer, "group"].unique()),
-                     key="gd_group")  # fmt: skip
-sel = traj[(traj["layer"] == layer) & (traj["group"] == group)].copy()
-sel["block"] = sel.apply(
-    lambda r: f"q head {int(r['head'])}" if r["matrix"] == "q"
-    else ("k (shared)" if r["matrix"] == "k" else "group total"), axis=1)  # fmt: skip
-row = groups[(groups["layer"] == layer) & (groups["group"] == group)].iloc[0]
-theory = {"lipschitz_est": {}, "pl_ratio": {}}
-for name, key, panel in (("analytical bound", "lipschitz_bound", "lipschitz_est"),
-                         ("Hessian L̂", "lipschitz_hessian", "lipschitz_est"),
-                         ("μ̂", "mu_hat", "pl_ratio")):  # fmt: skip
-    value = row.get(key)
-    if value is not None and math.isfinite(value) and value > 0:
-        theory[panel][name] = float(value)
-st.plotly_chart(figures.gd_trajectories(sel, theory, series="block"), key="gd_traj")
-st.caption(
-    "PL ratios on the trajectory use the independent L* (lower end), not the run's own best."
-)
-if TABLE_HEADS in run.tables():
-    heads = run.table(TABLE_HEADS)
-    st.dataframe(heads[heads["layer"] == layer], hide_index=True, key="gd_heads")
+with pane:
+    if section == CONTROLS:
+        show_controls()
+    elif run is None:
+        st.info("This section reads an attention-gd run: start one with the button above.")
+    elif section == VERDICTS:
+        show_verdicts(run, run.table(TABLE_GROUPS))
+    elif section == ESTIMATES:
+        show_estimates(run.table(TABLE_GROUPS))
+    else:
+        show_audit(run)

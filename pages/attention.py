@@ -12,7 +12,15 @@ from core import figures
 from core.demo import PAGE_ATTENTION
 from core.errors import PruneScopeError
 from core.store import Run, RunRecord
-from pages.common import get_store, list_runs, pick_run, require_frame, run_label, show_error
+from pages.common import (
+    get_store,
+    list_runs,
+    open_section,
+    pick_run,
+    require_frame,
+    run_label,
+    show_error,
+)
 from pages.starters import offer_run
 
 require_frame(__file__)
@@ -20,6 +28,7 @@ DEFAULT_PROMPT = "The cat sat on the mat because it was warm, and the dog watche
 MAX_COMPARE = 8
 # Where the per-head error is measured: the typed prompt, or the probes stored at prune time.
 SOURCES = {"your prompt": None, "calibration": "calib", "held-out": "heldout"}
+MAPS, ERRORS, MASKS = "Attention on a prompt", "Error per head, across runs", "Keep masks"
 
 store = get_store()
 st.title("Attention masks")
@@ -85,88 +94,49 @@ def masks(run_id: str, stamp: float, layer: int) -> dict:
     return am.keep_masks(store.load(run_id), layer)
 
 
-prunes = list_runs(store, kind="prune", status="done")
-qk_ids = set(with_qk((str(store.root), *store.version()), prunes))
-runs = [r for r in prunes if r.id in qk_ids]
-if not runs:
-    offer_run(
-        store,
-        PAGE_ATTENTION,
-        "No finished pruning run with stored W_Q/W_K yet (runs of models up to d = 2048 store "
-        "them).",
-    )
-    st.stop()
-
-stamps = {r.id: r.finished or 0.0 for r in runs}
-run_rec = pick_run("Run", runs, key="attn_run")
-run = store.load(run_rec.id)
-geo = run.metrics.get("model") or {}
-n_layers, n_heads = int(geo.get("n_layers", 1)), int(geo.get("n_heads", 1))
-n_kv, head_dim = int(geo.get("n_kv_heads", n_heads)), int(geo.get("head_dim", 1))
-c1, c2 = st.columns(2)
-layer = c1.slider("Layer", 0, n_layers - 1, 0, key="attn_layer") if n_layers > 1 else 0
-head = c2.slider("Query head", 0, n_heads - 1, 0, key="attn_head") if n_heads > 1 else 0
-kv_head = head // max(n_heads // n_kv, 1)
-
-st.subheader("Keep masks of this head")
-keep = masks(run.id, stamps[run.id], layer)
-if keep:
-    left, right = st.columns(2)
-    left.plotly_chart(
-        figures.mask_heatmap(am.head_rows(keep["q"], head, head_dim), f"W_Q head {head}"),
-        key="mask_q",
-    )
-    right.plotly_chart(
-        figures.mask_heatmap(am.head_rows(keep["k"], kv_head, head_dim), f"W_K kv-head {kv_head}"),
-        key="mask_k",
-    )
-    st.caption("Rows: the head's output dimensions; columns: the d input dimensions. Dark = kept.")
-    if "gd_agreement" in run.tables():
-        agree = run.table("gd_agreement")
-        here = agree[agree["layer"] == layer].set_index("role")
-        cols = st.columns(4)
-        for i, role in enumerate(("q", "k")):
-            if role in here.index:
-                cols[2 * i].metric(f"W_{role.upper()} kept entries shared with magnitude",
-                                   f"{here.loc[role, 'agreement_magnitude']:.1%}")  # fmt: skip
-                cols[2 * i + 1].metric(f"W_{role.upper()} kept entries shared with Wanda",
-                                       f"{here.loc[role, 'agreement_wanda']:.1%}")  # fmt: skip
-        m = run.metrics
-        st.caption(
-            "Attention-GD audit: fraction of this layer's GD keep mask that the magnitude / "
-            "Wanda masks at the same sparsity also keep (100 % = GD reproduced that baseline). "
-            f"Whole run: magnitude {m.get('mask_agreement_magnitude', float('nan')):.1%}, "
-            f"Wanda {m.get('mask_agreement_wanda', float('nan')):.1%}, "
-            f"mean ‖M_T − M₀‖/‖M₀‖ {m.get('mask_delta', float('nan')):.3g}."
+def mask_view(run: Run, layer: int, head: int, kv_head: int, head_dim: int, stamp: float) -> None:
+    """The W_Q/W_K keep masks of one head, and the attention-GD audit when the run has it."""
+    st.subheader("Keep masks of this head")
+    keep = masks(run.id, stamp, layer)
+    if keep:
+        left, right = st.columns(2)
+        left.plotly_chart(
+            figures.mask_heatmap(am.head_rows(keep["q"], head, head_dim), f"W_Q head {head}"),
+            key="mask_q",
         )
+        right.plotly_chart(
+            figures.mask_heatmap(
+                am.head_rows(keep["k"], kv_head, head_dim), f"W_K kv-head {kv_head}"
+            ),
+            key="mask_k",
+        )
+        st.caption(
+            "Rows: the head's output dimensions; columns: the d input dimensions. Dark = kept."
+        )
+        if "gd_agreement" in run.tables():
+            agree = run.table("gd_agreement")
+            here = agree[agree["layer"] == layer].set_index("role")
+            cols = st.columns(4)
+            for i, role in enumerate(("q", "k")):
+                if role in here.index:
+                    cols[2 * i].metric(f"W_{role.upper()} kept entries shared with magnitude",
+                                       f"{here.loc[role, 'agreement_magnitude']:.1%}")  # fmt: skip
+                    cols[2 * i + 1].metric(f"W_{role.upper()} kept entries shared with Wanda",
+                                           f"{here.loc[role, 'agreement_wanda']:.1%}")  # fmt: skip
+            m = run.metrics
+            st.caption(
+                "Attention-GD audit: fraction of this layer's GD keep mask that the magnitude / "
+                "Wanda masks at the same sparsity also keep (100 % = GD reproduced that baseline). "
+                f"Whole run: magnitude {m.get('mask_agreement_magnitude', float('nan')):.1%}, "
+                f"Wanda {m.get('mask_agreement_wanda', float('nan')):.1%}, "
+                f"mean ‖M_T − M₀‖/‖M₀‖ {m.get('mask_delta', float('nan')):.3g}."
+            )
 
 
-@st.fragment
-def prompt_views(
-    run_rec: RunRecord,
-    run: Run,
-    runs: list[RunRecord],
-    stamps: dict[str, float],
-    layer: int,
-    head: int,
+def error_view(
+    run_rec: RunRecord, runs: list[RunRecord], stamps: dict[str, float], prompt: str, layer: int
 ) -> None:
-    """The prompt's heatmaps and the per-head errors across runs: a fragment, so a new
-    prompt (or another comparison) reruns only this part, not the masks above."""
-    st.subheader("Dense vs pruned attention on a prompt")
-    prompt = st.text_area("Prompt", DEFAULT_PROMPT, key="attn_prompt", max_chars=400)
-    try:
-        dense, pruned, tokens = maps(run.id, stamps[run.id], prompt, layer)
-    except PruneScopeError as exc:
-        show_error(exc)
-        return
-    st.plotly_chart(
-        figures.attention_heatmaps(
-            dense[head], pruned[head], tokens, f"Layer {layer}, head {head} ({len(tokens)} tokens)"
-        ),
-        key="attn_maps",
-    )
-
-    st.subheader("Approximation error per head, across methods")
+    """Paper B's data term per head for several runs of one model, on the same X."""
     same_model = [r for r in runs if r.model == run_rec.model]
     labels = {r.id: run_label(r) for r in same_model}
     series = {
@@ -201,4 +171,58 @@ def prompt_views(
     )
 
 
-prompt_views(run_rec, run, runs, stamps, layer, head)
+@st.fragment
+def sections(
+    run_rec: RunRecord, run: Run, runs: list[RunRecord], stamps: dict[str, float], layer: int,
+    head: int, kv_head: int, head_dim: int,
+) -> None:  # fmt: skip
+    """The prompt and the three sections, of which only the open tab runs: a fragment, so a
+    new prompt or another tab reruns this part alone, and a new prompt costs one run's maps."""
+    prompt = st.text_area(
+        "Prompt", DEFAULT_PROMPT, key="attn_prompt", max_chars=400,
+        help=f"the first {am.MAX_PROMPT_TOKENS} tokens are used; Ctrl+Enter applies it",
+    )  # fmt: skip
+    section, pane = open_section([MAPS, ERRORS, MASKS], key="attn_section")
+    with pane:
+        if section == MASKS:
+            mask_view(run, layer, head, kv_head, head_dim, stamps[run.id])
+            return
+        try:
+            if section == ERRORS:
+                error_view(run_rec, runs, stamps, prompt, layer)
+                return
+            dense, pruned, tokens = maps(run.id, stamps[run.id], prompt, layer)
+        except PruneScopeError as exc:
+            show_error(exc)
+            return
+        title = f"Layer {layer}, head {head} ({len(tokens)} tokens)"
+        st.plotly_chart(
+            figures.attention_heatmaps(dense[head], pruned[head], tokens, title), key="attn_maps"
+        )
+
+
+prunes = list_runs(store, kind="prune", status="done")
+qk_ids = set(with_qk((str(store.root), *store.version()), prunes))
+runs = [r for r in prunes if r.id in qk_ids]
+if not runs:
+    offer_run(
+        store,
+        PAGE_ATTENTION,
+        "No finished pruning run with stored W_Q/W_K yet (runs of models up to d = 2048 store "
+        "them).",
+    )
+    st.stop()
+
+stamps = {r.id: r.finished or 0.0 for r in runs}
+run_rec = pick_run("Run", runs, key="attn_run")
+run = store.load(run_rec.id)
+geo = run.metrics.get("model") or {}
+n_layers, n_heads = int(geo.get("n_layers", 1)), int(geo.get("n_heads", 1))
+n_kv, head_dim = int(geo.get("n_kv_heads", n_heads)), int(geo.get("head_dim", 1))
+c1, c2 = st.columns(2)
+layer = c1.slider("Layer", 0, n_layers - 1, 0, key="attn_layer") if n_layers > 1 else 0
+head = c2.slider("Query head", 0, n_heads - 1, 0, key="attn_head") if n_heads > 1 else 0
+kv_head = head // max(n_heads // n_kv, 1)
+
+
+sections(run_rec, run, runs, stamps, layer, head, kv_head, head_dim)

@@ -93,6 +93,18 @@ def pick_run(label: str, records: list[RunRecord], key: str) -> RunRecord | None
     return by_id[chosen]
 
 
+def open_section(labels: list[str], key: str, default: str | None = None) -> tuple[str, Any]:
+    """Tabs of which only the open one runs (Streamlit's lazy tabs, ``on_change="rerun"``):
+    (its label, its container). A page then sends the browser one section's charts, which
+    is what keeps it near half a second with hundreds of runs (bench/app_latency.py); every
+    other picture stays one click away."""
+    tabs = st.tabs(labels, key=key, default=default, on_change="rerun")
+    for label, tab in zip(labels, tabs, strict=True):
+        if tab.open:
+            return label, tab
+    return labels[0], tabs[0]
+
+
 def cli_hint(what: str, command: str) -> None:
     """Say which CLI command produces missing data."""
     st.info(f"{what} Produce it with:\n\n```\n{command}\n```")

@@ -32,6 +32,7 @@ from pages.common import (
     device_info,
     get_store,
     list_runs,
+    open_section,
     pick_run,
     require_frame,
     show_error,
@@ -109,7 +110,7 @@ def sweep_launcher() -> None:
     job_id = current_job("sweep_job_id")
     status = jobs.job_status(store, job_id) if job_id else None
     if status is None or status.finished:
-        first = status is None and not store.list(kind="sweep")
+        first = status is None and not list_runs(store, kind="sweep")
         with st.expander("Start a SliceGPT sweep", expanded=first):
             try:
                 params = sweep_form()
@@ -286,15 +287,19 @@ def cached_effdim_points(version: tuple, _done: list) -> pd.DataFrame:
 
 
 # ---- page ------------------------------------------------------------------------------------------------
+SWEEP, BUDGETS, EFFDIM = "SliceGPT sweep", "Matched budgets", "Effective dimension"
 sweep_launcher()
-st.subheader("Stored sweeps")
-sweeps = list_runs(store, kind="sweep", status="done")
-if sweeps:
-    show_sweep(store.load(pick_run("Sweep", sweeps, key="sweep_run").id))
-else:
-    offer_run(store, PAGE_REPDIM, "No finished SliceGPT sweep in the store yet.")
+section, pane = open_section([SWEEP, BUDGETS, EFFDIM], key="repdim_section")
 version = (str(store.root), *store.version())  # keys the cached tables below
-done = list_runs(store, status="done")
-matched_budgets(done, version)
-st.subheader("Effective dimension of every stored run")
-show_effdim(cached_effdim_points(version, done))
+with pane:
+    if section == SWEEP:
+        sweeps = list_runs(store, kind="sweep", status="done")
+        if sweeps:
+            show_sweep(store.load(pick_run("Sweep", sweeps, key="sweep_run").id))
+        else:
+            offer_run(store, PAGE_REPDIM, "No finished SliceGPT sweep in the store yet.")
+    elif section == BUDGETS:
+        matched_budgets(list_runs(store, status="done"), version)
+    else:
+        st.subheader("Effective dimension of every stored run")
+        show_effdim(cached_effdim_points(version, list_runs(store, status="done")))

@@ -239,16 +239,23 @@ def test_prune_page_shows_a_stored_result(filled_store) -> None:
 def test_attention_page_draws_masks_maps_and_head_errors(filled_store) -> None:
     at = open_page("attention")
     charts = at.get("plotly_chart")
-    assert len(charts) == 4  # W_Q mask, W_K mask, attention triptych, per-head errors
+    assert [c.key for c in charts] == ["attn_maps"]  # lazy tabs: only the open one runs
     at.slider(key="attn_layer").set_value(2)
     at.slider(key="attn_head").set_value(3)
     at.text_area(key="attn_prompt").set_value("def f(x): return x + 1")
     at.run()
     assert not at.exception and not at.error
+    at.session_state["attn_section"] = "Error per head, across runs"
+    at.run()
+    assert [c.key for c in at.get("plotly_chart")] == ["head_errors"]
     assert len(at.multiselect(key="cmp").value) == 2  # both runs of the same model compared
     at.radio(key="err_source").set_value("held-out")
     at.run()
-    assert not at.exception and len(at.get("plotly_chart")) == 4
+    assert not at.exception and [c.key for c in at.get("plotly_chart")] == ["head_errors"]
+    at.session_state["attn_section"] = "Keep masks"
+    at.run()
+    assert not at.exception
+    assert [c.key for c in at.get("plotly_chart")] == ["mask_q", "mask_k"]
 
 
 def test_attention_page_rejects_an_empty_prompt(filled_store) -> None:
@@ -260,25 +267,35 @@ def test_attention_page_rejects_an_empty_prompt(filled_store) -> None:
 
 def test_assumptions_page_trajectories_and_summary(filled_store) -> None:
     at = open_page("assumptions")
-    assert len(at.get("plotly_chart")) == 2  # the controls' paths (how to read), the run's
+    assert [c.key for c in at.get("plotly_chart")] == ["gd_traj"]  # the open tab's only
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["groups contradicted"] == "1 / 2" and metrics["run verdict"] == "contradicted"
-    assert metrics["kept entries shared with magnitude"] == "80.0%"
-    controls = at.dataframe[0].value  # the controls table comes first
-    assert list(controls["verdict"]) == list(controls["expected"])
     at.selectbox(key="gd_layer").set_value(1)
     at.run()
     assert not at.exception
+    at.session_state["gd_section"] = "How far GD moved"
+    at.run()
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["kept entries shared with magnitude"] == "80.0%"
+    at.session_state["gd_section"] = "Controls: how to read the curves"
+    at.run()
+    controls = at.dataframe[0].value  # the rule on the three known functions
+    assert list(controls["verdict"]) == list(controls["expected"])
+    assert [c.key for c in at.get("plotly_chart")] == ["control_paths"]
 
 
 def test_repdim_page_sweep_charts_table_and_effdim(filled_store) -> None:
     at = open_page("repdim")
     assert not at.error, texts(at.error)
-    assert len(at.get("plotly_chart")) == 3  # ppl vs d′, ratio vs 1−s, effective dimension
-    metrics = {m.label: m.value for m in at.metric}
-    assert metrics["width d"] == "64" and "mean |prediction error|" in metrics
+    assert [c.key for c in at.get("plotly_chart")] == ["ppl_dprime", "ratio_keep"]
+    assert {m.label: m.value for m in at.metric}["width d"] == "64"
+    at.session_state["repdim_section"] = "Effective dimension"
+    at.run()
+    assert not at.error, texts(at.error)
+    assert [c.key for c in at.get("plotly_chart")] == ["effdim_scatter"]
+    assert "mean |prediction error|" in {m.label for m in at.metric}
     assert at.selectbox(key="effdim_measure").value == DEFAULT_DIM  # the pre-registered one
-    relation = at.dataframe[1].value
+    relation = at.dataframe[0].value
     assert sorted(relation["method"]) == ["magnitude", "wanda"]
     # wanda: d_eff 30 of 40 -> PPL0^(40/30)
     wanda = relation[relation["method"] == "wanda"].iloc[0]
@@ -303,9 +320,11 @@ def test_repdim_page_matched_budget_chart(store) -> None:
         with store.begin(cfg) as w:
             w.commit({"ppl": ppl, "dense_run": dense, "kept_params": kept, "latency": 1.0})
     at = open_page("repdim")
+    at.session_state["repdim_section"] = "Matched budgets"
+    at.run()
     assert not at.exception and not at.error
-    assert "budget_chart" in [c.key for c in at.get("plotly_chart")]
-    table = at.dataframe[0].value  # the matched-budget table (no sweep, no effdim here)
+    assert [c.key for c in at.get("plotly_chart")] == ["budget_chart"]
+    table = at.dataframe[0].value  # the matched-budget table
     assert table.loc[0.9, "wanda"] == pytest.approx(300.0)
     assert table.loc[0.75, "magnitude"] == pytest.approx(math.sqrt(400.0 * 900.0))  # ln-linear
 
