@@ -57,6 +57,7 @@ from pathlib import Path
 from appserver import (
     CHART,
     PAGES,
+    POLL_MS,
     ROOT,
     chromium_page,
     nav_link,
@@ -122,7 +123,9 @@ def timing(page, t0_ms: float, after: int, timeout_ms: int = 600_000) -> Timing:
     wait_run(page, after, timeout_ms)
     wait_charts(page, timeout_ms)
     page.wait_for_function(
-        f"() => performance.now() - window.__psRuns.tDraw > {QUIET_MS}", timeout=timeout_ms
+        f"() => performance.now() - window.__psRuns.tDraw > {QUIET_MS}",
+        timeout=timeout_ms,
+        polling=POLL_MS,
     )
     s = stamps(page)
     end = max(s["tEnd"], s["tDraw"])

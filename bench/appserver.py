@@ -37,6 +37,10 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+# Waits poll their predicate in the page every POLL_MS, not on every animation frame: a
+# per-frame poll runs querySelector on the main thread the timed page draws on, and the
+# times themselves come from the page's own stamps (RUN_COUNTER), not from when a poll saw.
+POLL_MS = 50
 CHART = "[data-testid='stPlotlyChart']"
 # See the module docstring. tStart/tEnd: the last run's start and end; tDraw: the last change
 # inside a chart, all in performance.now() milliseconds (0 = the document's navigation start).
@@ -160,6 +164,7 @@ def wait_run(page, after: int, timeout_ms: int = 60_000) -> None:
                  && document.querySelector("{IDLE}")""",
         arg=after,
         timeout=timeout_ms,
+        polling=POLL_MS,
     )
 
 
@@ -174,6 +179,7 @@ def wait_charts(page, timeout_ms: int = 30_000) -> None:
         f"""() => [...document.querySelectorAll("{CHART}")]
                  .every(c => c.querySelector('.main-svg'))""",
         timeout=timeout_ms,
+        polling=POLL_MS,
     )
 
 

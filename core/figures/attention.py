@@ -9,7 +9,6 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from core.figures.style import (
     ATTN_SCALE,
@@ -78,8 +77,12 @@ def mask_heatmap(
 
 
 # ---- attention ------------------------------------------------------------------------------------
-def _token_axis(tokens: Sequence[str], max_ticks: int = 48) -> dict:
-    """Tick values/labels at token positions (numeric axis, so repeated tokens stay apart)."""
+def _token_axis(tokens: Sequence[str], max_ticks: int = 24) -> dict:
+    """Tick values/labels at token positions (numeric axis, so repeated tokens stay apart).
+
+    At most ``max_ticks`` labels: a panel of the side-by-side heatmaps is ~350 px wide and a
+    rotated label needs ~14, so more would overlap (and each costs the browser a text
+    measurement on every redraw); the hover names every cell anyway."""
     step = max(1, math.ceil(len(tokens) / max_ticks))
     idx = list(range(0, len(tokens), step))
     return dict(tickmode="array", tickvals=idx, ticktext=[tokens[i] for i in idx], tickangle=-60)
@@ -89,6 +92,10 @@ def _causal_nan(P: np.ndarray) -> np.ndarray:
     out = np.array(P, dtype=float)
     out[np.triu_indices_from(out, k=1)] = np.nan  # keys after the query: not attended
     return out
+
+
+PANELS = ("dense", "pruned Q/K", "pruned − dense")
+PANEL_GAP = 0.09  # paper fraction between the panels
 
 
 def attention_heatmaps(
@@ -101,44 +108,43 @@ def attention_heatmaps(
     """Dense, pruned and pruned − dense attention of one head side by side (L, L each).
 
     Rows are queries, columns keys; tokens label both axes. Entries above the diagonal are
-    blank for causal attention.
+    blank for causal attention. Built as one dict and validated once: make_subplots plus
+    per-axis updates took ~40 ms, and the page redraws this figure on every new prompt.
     """
     prep = _causal_nan if causal else (lambda p: np.asarray(p, dtype=float))
     d, p = prep(dense), prep(pruned)
     diff = p - d
     vmax = float(np.nanmax([np.nanmax(d), np.nanmax(p)]))
     dmax = float(np.nanmax(np.abs(diff))) or 1e-12
-    fig = make_subplots(
-        rows=1,
-        cols=3,
-        horizontal_spacing=0.09,
-        subplot_titles=("dense", "pruned Q/K", "pruned − dense"),
-    )
     pos = list(range(len(tokens)))
-    hover = "query %{y}<br>key %{x}<br>%{z:.4f}<extra></extra>"
-    for col, z, scale, zmin, zmax, cbx in (
-        (1, d, ATTN_SCALE, 0.0, vmax, 0.615),
-        (2, p, ATTN_SCALE, 0.0, vmax, None),
-        (3, diff, DIFF_SCALE, -dmax, dmax, 1.0),
-    ):
-        fig.add_trace(
-            go.Heatmap(
-                z=z,
-                x=pos,
-                y=pos,
-                colorscale=scale,
-                zmin=zmin,
-                zmax=zmax,
-                hovertemplate=hover,
-                showscale=cbx is not None,
-                colorbar=dict(x=cbx, len=0.9, thickness=12) if cbx else None,
-            ),
-            row=1,
-            col=col,
+    ticks = _token_axis(tokens)
+    width = (1 - 2 * PANEL_GAP) / 3
+    data, axes, titles = [], {}, []
+    for i, (z, scale, zmin, zmax, cbx) in enumerate(
+        (
+            (d, ATTN_SCALE, 0.0, vmax, 0.615),
+            (p, ATTN_SCALE, 0.0, vmax, None),
+            (diff, DIFF_SCALE, -dmax, dmax, 1.0),
         )
-        fig.update_xaxes(**_token_axis(tokens), row=1, col=col)
-        fig.update_yaxes(**_token_axis(tokens), autorange="reversed", row=1, col=col)
-    fig.update_yaxes(tickangle=0)
+    ):
+        n = "" if i == 0 else str(i + 1)
+        x0 = i * (width + PANEL_GAP)
+        data.append(
+            dict(
+                type="heatmap", z=z, x=pos, y=pos, xaxis=f"x{n}", yaxis=f"y{n}",
+                colorscale=scale, zmin=zmin, zmax=zmax, showscale=cbx is not None,
+                hovertemplate="query %{y}<br>key %{x}<br>%{z:.4f}<extra></extra>",
+                **({"colorbar": dict(x=cbx, len=0.9, thickness=12)} if cbx else {}),
+            )
+        )  # fmt: skip
+        axes[f"xaxis{n}"] = dict(domain=[round(x0, 6), round(min(x0 + width, 1.0), 6)],
+                                 anchor=f"y{n}", **ticks)  # fmt: skip
+        # the three panels share their query axis: its labels once, at the left
+        axes[f"yaxis{n}"] = dict(domain=[0.0, 1.0], anchor=f"x{n}", autorange="reversed",
+                                 showticklabels=i == 0, **{**ticks, "tickangle": 0})  # fmt: skip
+        titles.append(dict(text=PANELS[i], x=x0 + width / 2, y=1.0, xref="paper", yref="paper",
+                           xanchor="center", yanchor="bottom", showarrow=False))  # fmt: skip
+    fig = go.Figure(dict(data=data, layout=dict(annotations=titles, **axes)))
     return layout(fig, title, height=460)
 
 
