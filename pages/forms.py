@@ -10,11 +10,12 @@ from typing import Any
 
 import streamlit as st
 
-from core import jobs
+from core import jobs, requests
 from core.config import ModelSpec
 from core.cost import device_type
 from core.data import default_data_dir
 from core.errors import ConfigError, PruneScopeError
+from core.estimate import estimate_seconds
 from core.field import CHOICE, FLAG, FLOAT, INT, MULTI, Field, method_list
 from core.fields import PRESETS, app_preset
 from core.model_names import available_models
@@ -171,6 +172,15 @@ def speed_for(store: RunStore, model: ModelSpec) -> Speed:
     store's runs of that model when there are any (core.speed reads it once per version of
     the store)."""
     return measured_speed(store, device_type(model), model.name)
+
+
+def planned_seconds(store: RunStore, command: str, values: dict[str, Any]) -> tuple[float, str]:
+    """(estimated seconds, where the speed came from) of a form's values, planned exactly as
+    ``python -m core <command>`` would run them (an upload counts as a small file)."""
+    planned = {k: ("pydoc" if v == UPLOAD else v) for k, v in values.items()}
+    cfg = requests.plan_request(command, planned, store)
+    speed = speed_for(store, cfg.model)
+    return estimate_seconds(cfg, store, speed), speed.source
 
 
 def show_estimate(plan: Callable[[], tuple[float, str]]) -> None:

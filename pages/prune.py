@@ -9,9 +9,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from core import figures, jobs, requests
+from core import figures, jobs
 from core.errors import PruneScopeError, StoreError
-from core.estimate import estimate_seconds
 from core.fields import command_fields, defaults
 from core.store import Run
 from core.tables import DENSE_ACC, accuracy_beside_dense
@@ -29,14 +28,13 @@ from pages.common import (
 )
 from pages.forms import (
     PRESET_FIELDS,
-    UPLOAD,
     corpus_name,
     draw,
     field_value,
     method_options,
+    planned_seconds,
     preset_picker,
     show_estimate,
-    speed_for,
     upload_widget,
 )
 
@@ -86,14 +84,6 @@ def form_values(start: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     return values, upload
 
 
-def estimate(values: dict[str, Any]) -> tuple[float, str]:
-    """The run's estimated duration with these values (an upload counts as a small file)."""
-    planned = {k: ("pydoc" if v == UPLOAD else v) for k, v in values.items()}
-    cfg = requests.plan_request("prune", planned, store)
-    speed = speed_for(store, cfg.model)
-    return estimate_seconds(cfg, store, speed), speed.source
-
-
 def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
     """Draw the form; when Run is pressed return (field values, save-model flag)."""
     preset = preset_picker("preset", [key(n) for n in PRESET_FIELDS])
@@ -101,7 +91,7 @@ def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
     with st.expander("Output"):
         save = st.toggle("Save the pruned model (downloadable as a zip)", key="save_model")
         force = st.checkbox("Recompute even if the same run is stored", key="force")
-    show_estimate(lambda: estimate(values))
+    show_estimate(lambda: planned_seconds(store, "prune", values))
     if not st.button("Run", type="primary", disabled=running):
         return None
     values["calib"] = corpus_name(values["calib"], upload, store)

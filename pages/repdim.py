@@ -10,26 +10,15 @@ import pandas as pd
 import streamlit as st
 
 from core import figures, jobs
-from core.data import default_data_dir
 from core.demo import PAGE_ATTENTION, PAGE_REPDIM
 from core.errors import PruneScopeError
-from core.fields import (
-    CHOICE,
-    FLAG,
-    LIST,
-    PRESETS,
-    Field,
-    app_preset,
-    command_fields,
-    defaults,
-)
+from core.fields import command_fields, defaults
 from core.names import DEFAULT_DIM
 from core.store import Run
 from core.tables import effdim_points
 from pages.common import (
     cli_hint,
     current_job,
-    device_info,
     get_store,
     list_runs,
     open_section,
@@ -39,13 +28,22 @@ from pages.common import (
     show_job,
     start_and_follow,
 )
+from pages.forms import (
+    PRESET_FIELDS,
+    corpus_name,
+    draw,
+    method_options,
+    planned_seconds,
+    preset_picker,
+    show_estimate,
+    upload_widget,
+)
 from pages.repdim_views import matched_budgets, relation_slider
 from pages.starters import offer_run
 
 require_frame(__file__)
 
 SWEEP_HINT = "python -m core sweep --model smollm2-135m --sparsities 0.1,0.2,0.3,0.4,0.5"
-PRIMARY_GROUPS = ("model", "sweep")
 SWEEP_COLUMNS = ["s", "s_eff", "d_prime", "params", "ppl", "predicted_ppl", "rel_error", "fit_ppl"]
 
 store = get_store()
@@ -58,52 +56,39 @@ st.caption(
 
 
 # ---- starting a sweep ------------------------------------------------------------------------------
-def field_widget(f: Field, default: Any) -> Any:
-    """A widget for one field of the sweep command, starting at ``default``; text is typed
-    by core.requests, which reports a malformed number."""
-    label, key = f.label, f"sweep_{f.name}"
-    if f.name in ("calib", "eval") and not default_data_dir():
-        default = "pydoc"
-    if f.kind == FLAG:
-        return st.checkbox(label, bool(default), key=key, help=f.help)
-    if f.kind == CHOICE:
-        choices = list(f.choices or ())
-        index = choices.index(default) if default in choices else 0
-        return st.selectbox(label, choices, index=index, key=key, help=f.help)
-    if f.kind == LIST:
-        text = st.text_area(label, "\n".join(map(str, default or [])), key=key, help=f.help)
-        return [ln.strip() for ln in text.splitlines() if ln.strip()]
-    text = st.text_input(label, "" if default is None else str(default), key=key, help=f.help)
-    return text.strip() or None
+# The sweep command's fields drawn with the Prune page's widgets (pages.forms, core.fields).
+# The grid axes that SliceGPT has no use for (patterns, allocations, targets) are left out.
+FIELDS = {f.name: f for f in command_fields("sweep")}
+MAIN = ("model", "sparsities", "seeds", "device")
+DATA = ("calib", "nsamples", "calib_seqlen", "eval", "max_windows", "seqlen", "tasks", "limit")
+
+
+def key(name: str) -> str:
+    return f"sweep_{name}"
 
 
 def sweep_form() -> dict[str, Any] | None:
-    """A form drawn from the sweep command's fields (core.fields); returns values on submit."""
-    names = list(PRESETS)
-    preset = st.selectbox(
-        "Preset",
-        names,
-        names.index(app_preset(device_info().get("type"))),
-        key="sweep_preset",
-        help="named sets of ordinary values (core.fields)",
-    )
+    """The SliceGPT sweep's settings; returns the field values when Start is pressed."""
+    preset = preset_picker(key("preset"), [key(n) for n in PRESET_FIELDS])
     start = defaults("sweep", preset)
-    fields = [f for f in command_fields("sweep") if f.config]
-    main = [f for f in fields if f.group in PRIMARY_GROUPS]
-    rest = [f for f in fields if f not in main]
-    with st.form("sweep_form"):
-        cols = st.columns(3)
-        values = {}
-        for i, f in enumerate(main):
-            with cols[i % 3]:
-                values[f.name] = field_widget(f, start[f.name])
-        with st.expander("Calibration, evaluation and other options"):
-            cols = st.columns(3)
-            for i, f in enumerate(rest):
-                with cols[i % 3]:
-                    values[f.name] = field_widget(f, start[f.name])
-        submitted = st.form_submit_button("Start the sweep", type="primary")
-    return {k: v for k, v in values.items() if v is not None} if submitted else None
+    values: dict[str, Any] = {"method": "slicegpt"}
+    values.update(draw([FIELDS[n] for n in MAIN], start, key, cols=4))
+    with st.expander("Calibration, evaluation and zero-shot data"):
+        values.update(draw([FIELDS[n] for n in DATA], start, key))
+        upload = upload_widget(key("upload"))
+    with st.expander("Options of slicegpt"):
+        values["option"] = method_options("slicegpt", key("opt"))
+    with st.expander("Advanced: precision, Hub access, data split, seed"):
+        advanced = [f for f in FIELDS.values() if f.advanced and f.config]
+        values.update(draw(advanced, start, key))
+    if not values.get("tasks"):
+        values.pop("limit", None)
+    show_estimate(lambda: planned_seconds(store, "sweep", values))
+    if not st.button("Start the sweep", type="primary", key=key("start")):
+        return None
+    for corpus in ("calib", "eval"):
+        values[corpus] = corpus_name(values[corpus], upload, store)
+    return values
 
 
 def sweep_launcher() -> None:
@@ -111,9 +96,11 @@ def sweep_launcher() -> None:
     status = jobs.job_status(store, job_id) if job_id else None
     if status is None or status.finished:
         first = status is None and not list_runs(store, kind="sweep")
-        with st.expander("Start a SliceGPT sweep", expanded=first):
+        # lazy: the form (and its estimate) runs only while the expander is open
+        box = st.expander("Start a SliceGPT sweep", first, key="sweep_box", on_change="rerun")
+        with box:
             try:
-                params = sweep_form()
+                params = sweep_form() if box.open else None
                 if params is not None:
                     status = start_and_follow(store, "sweep_job_id", "sweep", params)
             except PruneScopeError as exc:

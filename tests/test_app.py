@@ -16,7 +16,8 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from core import jobs
+from core import jobs, requests
+from core.cli import build_parser, field_values
 from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig, RunConfig
 from core.models import load_model
 from core.names import DEFAULT_DIM
@@ -487,37 +488,51 @@ def test_runs_page_compares_exports_and_deletes_a_selection(filled_store, store)
     assert "No row selected" in texts(at.caption)  # the selection does not carry over
 
 
-def test_sweep_form_is_drawn_from_the_field_table(store) -> None:
-    """The page draws the sweep command's fields (core.fields) and validates them."""
+def test_sweep_form_uses_the_prune_pages_widgets_and_defaults(store) -> None:
+    """Representation dimension's sweep form: the Prune page's widgets (pages.forms), its
+    defaults for the shared fields, an estimate, and one clear error for a bad choice."""
     at = open_page("repdim")
-    assert at.text_input(key="sweep_model").value == "smollm2-135m"
-    assert at.text_input(key="sweep_sparsities").value == "0,0.1,0.2,0.3,0.4,0.5,0.6"
-    if at.selectbox(key="sweep_preset").value == "quick":
-        assert at.text_input(key="sweep_nsamples").value == "16"  # the fast preset
-    at.text_input(key="sweep_sparsities").set_value("0,x")
+    prune = open_page("prune")
+    assert at.selectbox(key="sweep_preset").value == prune.selectbox(key="preset").value
+    # (the calibration corpus follows each method's reference: WikiText-2 for SliceGPT, C4
+    # for the Prune page's Wanda; core.fields.sweep_reference)
+    for name in ("model", "eval", "nsamples", "calib_seqlen", "seqlen"):
+        assert widget_of(at, f"sweep_{name}").value == widget_of(prune, name).value, name
+    assert widget_of(at, "sweep_max_windows").value == widget_of(prune, "windows").value
+    assert at.multiselect(key="sweep_sparsities").value == [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    assert "Estimated duration" in texts(at.caption)
+    at.multiselect(key="sweep_sparsities").set_value([])
+    at.run()
     button(at, "Start the sweep").click()
     at.run()
-    assert len(at.error) == 1 and "--sparsities" in at.error[0].value  # one clear message
+    assert len(at.error) == 1 and "sparsit" in at.error[0].value  # one clear message
     assert store.list() == []
+
+
+def test_sweep_form_and_cli_give_the_same_run_id(store) -> None:
+    """The form's values and the CLI flags built from them plan one run id."""
+    at = open_page("repdim")
+    values = {"method": "slicegpt"}
+    values.update({name: widget_of(at, f"sweep_{name}").value for name in
+                   ("model", "sparsities", "device", "nsamples", "calib_seqlen", "seqlen")})  # fmt: skip
+    app = requests.plan_request("sweep", values)
+    args = build_parser().parse_args(["sweep", *requests.to_argv("sweep", values)])
+    assert requests.plan_request("sweep", field_values(args)).run_id == app.run_id
 
 
 @pytest.mark.slow
 def test_sweep_started_from_the_page_runs_and_is_shown(store) -> None:
-    """The real sweep command through the generic form: an unplanned job found by its pid."""
+    """The real sweep command through the page's form: an unplanned job found by its pid."""
     at = open_page("repdim")
-    values = {
-        "model": "tiny-llama",
-        "sparsities": "0,0.25",
-        "calib": "pydoc",
-        "eval": "pydoc",
-        "nsamples": "4",
-        "calib_seqlen": "64",
-        "seqlen": "64",
-        "max_windows": "4",
-        "device": "cpu",
-    }
-    for key, value in values.items():
-        at.text_input(key=f"sweep_{key}").set_value(value)
+    at.selectbox(key="sweep_model").set_value("tiny-llama")
+    at.multiselect(key="sweep_sparsities").set_value([0.0, 0.25])
+    at.selectbox(key="sweep_device").set_value("cpu")
+    at.run()
+    for name, value in {"calib": "pydoc", "eval": "pydoc"}.items():
+        widget_of(at, f"sweep_{name}").set_value(value)
+    for name, value in {"nsamples": 4, "calib_seqlen": 64, "seqlen": 64, "max_windows": 4}.items():
+        at.number_input(key=f"sweep_{name}").set_value(value)
+    at.run()
     button(at, "Start the sweep").click()
     at.run()
     assert not at.error, texts(at.error)
