@@ -80,10 +80,15 @@ def test_prune_then_attention_then_a_bad_input(tmp_path, shots) -> None:
         open_page(page, url, "Attention masks")
         charts = page.locator("[data-testid='stPlotlyChart']")
         # The heatmaps come after the page computes attention for its prompt: wait for them.
-        charts.nth(2).wait_for(timeout=120_000)
+        charts.first.wait_for(timeout=120_000)
         wait_charts(page)
-        assert charts.count() >= 3  # two keep masks and the dense / pruned / difference maps
+        # the open tab: the dense / pruned / difference maps, one figure of three heatmaps
         assert page.locator("[data-testid='stPlotlyChart'] .heatmaplayer").count() >= 3
+        page.get_by_role("tab", name="Keep masks").click()
+        charts.nth(1).wait_for(timeout=60_000)  # the W_Q and W_K keep masks of the head
+        wait_idle(page)
+        wait_charts(page)
+        assert charts.count() == 2
         fit_viewport(page)
         page.screenshot(path=str(shots / "e2e-attention.png"))
 
