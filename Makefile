@@ -20,7 +20,7 @@ $(STAMP): requirements.txt requirements-dev.txt
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT)
+	$(PY) -m pages.serve --server.address 127.0.0.1 --server.port $(PORT)
 
 test: $(STAMP)
 	$(PY) -m pytest -m "" -q

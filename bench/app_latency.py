@@ -6,9 +6,12 @@
 
 With ``--runs N`` the store is first filled to N runs by bench/bulk_store.py: the demo set
 run for real on tiny-llama, then its runs duplicated under new ids (an existing store is
-reused). Without --url the script starts ``streamlit run app.py`` with PRUNESCOPE_HOME set
-to --store (default: a temp folder) and, if that store has no prune run, makes one on
-tiny-llama with the offline corpus so the heatmap has something to draw.
+reused). Without --url the script starts the app as ``make run`` does (``python -m
+pages.serve``, which pays imports and per-process caches before the port opens; ``--cold``:
+plain ``streamlit run app.py``, leaving them to the first page) with PRUNESCOPE_HOME set to
+--store (default: a temp folder), prints the seconds from launch to a healthy server, and, if
+that store has no prune run, makes one on tiny-llama with the offline corpus so the heatmap
+has something to draw.
 
 What is timed (every figure in the browser's clock, ``performance.now()``, from the
 action to the later of the page's script run ending and the last DOM change inside a
@@ -189,6 +192,27 @@ def measure(url: str, repeat: int) -> tuple[dict, list[dict]]:
     return cold, warm
 
 
+BARE_APP = 'import streamlit as st\n\nst.title("A bare Streamlit app")\n'
+
+
+def framework_floor(repeat: int) -> tuple[float, float]:
+    """(first, median warm) load of a one-line Streamlit app in a fresh Chromium: what any
+    page's ``first`` and ``load`` include before the app draws anything (the JS bundle, the
+    websocket session)."""
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        (tmp / "bare.py").write_text(BARE_APP)
+        url = stack.enter_context(streamlit_server(tmp / "store", script=tmp / "bare.py"))
+        page = stack.enter_context(chromium_page())
+        page.goto(url)
+        first = timing(page, 0.0, 0).total
+        loads = []
+        for _ in range(max(repeat, 1)):
+            page.goto(url)
+            loads.append(timing(page, 0.0, 0).total)
+    return first, statistics.median(loads)
+
+
 def print_table(cold: dict, warm: list[dict]) -> None:
     names = [*PAGES, HEATMAP]
     width = max(len(k) for k in names)
@@ -218,6 +242,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, help="fill the store to this many runs first")
     ap.add_argument("--model", default="tiny-llama", help="model of the --runs store's real runs")
     ap.add_argument("--seed-store", type=Path, help="--runs: copy this store's runs first")
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="start plain `streamlit run app.py`, not `make run`'s warmed pages.serve",
+    )
     args = ap.parse_args()
     with contextlib.ExitStack() as stack:
         url = args.url
@@ -227,8 +256,16 @@ def main() -> None:
                 build(store, args.runs, args.model, args.seed_store)
             else:
                 ensure_prune_run(store)
-            url = stack.enter_context(streamlit_server(store))
+            timings: dict = {}
+            url = stack.enter_context(
+                streamlit_server(store, warmed=not args.cold, timings=timings)
+            )
+            how = "streamlit run app.py" if args.cold else "python -m pages.serve (make run)"
+            print(f"server: {how}, healthy {timings['start_s']:.2f} s after launch")
         print_table(*measure(url.rstrip("/"), args.repeat))
+    first, load_s = framework_floor(args.repeat)
+    print(f"reference, a one-line Streamlit app in a fresh Chromium: first {first:.2f} s, "
+          f"load {load_s:.2f} s (median of {max(args.repeat, 1)})")  # fmt: skip
 
 
 if __name__ == "__main__":

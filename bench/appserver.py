@@ -97,17 +97,31 @@ def wait_health(url: str, timeout: float = 90.0) -> None:
 
 
 @contextlib.contextmanager
-def streamlit_server(store_root: Path, log_file: Path | None = None) -> Iterator[str]:
-    """``streamlit run app.py`` on a free port with PRUNESCOPE_HOME=store_root; yields its URL."""
+def streamlit_server(
+    store_root: Path,
+    log_file: Path | None = None,
+    *,
+    warmed: bool = True,
+    script: Path | None = None,
+    timings: dict | None = None,
+) -> Iterator[str]:
+    """The app on a free port with PRUNESCOPE_HOME=store_root; yields its URL.
+
+    warmed: started as ``make run`` starts it (``python -m pages.serve``: imports and per-process
+    caches paid before the port opens); False: plain ``streamlit run app.py``, every cost left to
+    the first page. script: ``streamlit run`` this script instead of the app (a reference).
+    ``timings["start_s"]`` (when given): seconds from launch to a healthy server.
+    """
     port = free_port()
     env = dict(os.environ, PRUNESCOPE_HOME=str(store_root), HF_HUB_OFFLINE="1")
     log_file = log_file or Path(tempfile.mkstemp(prefix="streamlit-", suffix=".log")[1])
+    if script is not None:
+        launcher = ["-m", "streamlit", "run", str(script)]
+    else:
+        launcher = ["-m", "pages.serve"] if warmed else ["-m", "streamlit", "run", "app.py"]
     cmd = [
         sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        "app.py",
+        *launcher,
         "--server.port",
         str(port),
         "--server.headless",
@@ -117,11 +131,14 @@ def streamlit_server(store_root: Path, log_file: Path | None = None) -> Iterator
         "--browser.gatherUsageStats",
         "false",
     ]
+    t0 = time.monotonic()
     with log_file.open("w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_health(url)
+        if timings is not None:
+            timings["start_s"] = time.monotonic() - t0
         yield url
     finally:
         proc.terminate()

@@ -18,7 +18,7 @@ from core.methods.attention_gd.method import (
     TABLE_HEADS,
     TABLE_TRAJECTORY,
 )
-from core.store import Run
+from core.store import Run, RunRecord
 from pages.common import (
     get_store,
     list_runs,
@@ -167,11 +167,18 @@ def show_audit(run: Run) -> None:
                      key="agreement")  # fmt: skip
 
 
+@st.cache_data(show_spinner=False, max_entries=4096)
+def has_checks(run_id: str, stamp: float, _rec: RunRecord) -> bool:
+    """Whether a finished attention-gd run stored its per-group checks (one listing of its
+    tables per run and finish time, not one per render)."""
+    return TABLE_GROUPS in Run(_rec, store.run_dir(run_id)).tables()
+
+
 # ---- page ------------------------------------------------------------------------------------------------
 gd_runs = [
     r
     for r in list_runs(store, kind="prune", status="done")
-    if r.method == "attention-gd" and TABLE_GROUPS in Run(r, store.run_dir(r.id)).tables()
+    if r.method == "attention-gd" and has_checks(r.id, r.finished or 0.0, r)
 ]
 run = store.load(pick_run("Run", gd_runs, key="gd_run").id) if gd_runs else None
 if run is None:  # the controls still teach how to read the curves meanwhile

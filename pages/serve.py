@@ -1,0 +1,101 @@
+"""``python -m pages.serve [streamlit flags]``: the app's server, warmed before it listens.
+
+Streamlit runs every session's script inside the server process, so whatever a page imports or
+caches per process is paid by the first visitor after a start: torch, transformers and the run
+stack (~3 s on 2 CPUs), the default model's shape for the time estimates (~0.75 s: the GGUF
+header is read with the whole file mapped), its family's modeling code (~1 s, at the first
+attention map) and the CPU's measured speed (~0.2 s). ``warm`` pays them before ``streamlit
+run`` binds its port, so a start takes that much longer and the first page after it costs what
+any later one does (``bench/app_latency.py`` prints both).
+
+Nothing here changes what the app does: a warm-up step that fails is logged and skipped, and
+the page then pays for it as before. ``make run`` and the app benches start the app this way.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import logging
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from streamlit.web import cli
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+from core.config import ModelSpec
+from core.cost import model_shape
+from core.models import model_config
+from core.requests import DEFAULT_MODEL
+from core.speed import cpu_flops
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "app.py"
+log = logging.getLogger("prunescope.serve")
+
+
+def top_imports(path: Path) -> list[str]:
+    """Modules a script imports at its top level (``import a.b`` -> a.b; ``from a import b``
+    -> a, and a.b when that is a module), in file order."""
+    names: list[str] = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module not in (None, "__future__"):
+            names.append(node.module)
+            names += [f"{node.module}.{alias.name}" for alias in node.names]
+    return names
+
+
+def page_modules(scripts: Iterable[Path]) -> list[str]:
+    """What the app and its pages import, less ``pages.*``: a page script draws when imported,
+    and a helper's ``st.cache_data`` made before the runtime exists would keep a cache of its
+    own. Names that are not modules (``f`` of ``from m import f``) are kept: ``warm`` skips
+    them."""
+    seen: dict[str, None] = {}
+    for script in scripts:
+        for name in top_imports(script):
+            if name.split(".")[0] != "pages":
+                seen.setdefault(name)
+    return list(seen)
+
+
+def default_model_class(name: str) -> type:
+    """The model's shape for the estimates (cached per process) and its transformers class:
+    transformers imports a family's modeling code at its first model (~1 s), which would
+    otherwise fall on the first attention map. Other families pay that once, when first used."""
+    model_shape(ModelSpec(name=name))
+    return MODEL_FOR_CAUSAL_LM_MAPPING[type(model_config(name))]
+
+
+def warm(scripts: Iterable[Path]) -> float:
+    """Import every module the pages import and fill the per-process caches that the first
+    page's estimate reads; seconds spent."""
+    t0 = time.perf_counter()
+    for name in page_modules(list(scripts)):
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError:  # an attribute, not a module (from core import figures ok)
+            continue
+        except Exception as exc:  # a warm-up must never stop the server
+            log.warning("warm-up: import %s failed (%s); the first page pays for it", name, exc)
+    for step in (lambda: default_model_class(DEFAULT_MODEL), cpu_flops):
+        try:
+            step()
+        except Exception as exc:  # e.g. the embedded model is not installed
+            log.warning("warm-up step failed (%s); the first estimate pays for it", exc)
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str]) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    seconds = warm([APP, *sorted((ROOT / "pages").glob("*.py"))])
+    log.info("PruneScope: warmed in %.1f s; starting the server", seconds)
+    sys.argv = ["streamlit", "run", str(APP), *argv]
+    cli.main()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
