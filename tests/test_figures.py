@@ -188,6 +188,21 @@ def test_attention_heatmaps_three_panels_token_axes_causal_blank() -> None:
     assert maps[2].zmin == -maps[2].zmax  # symmetric diverging scale
 
 
+def test_attention_heatmaps_margins_fit_the_labels_without_automargin() -> None:
+    """No automargin (a second draw per new prompt); the margins grow with the longest token."""
+    L = 4
+    dense = np.tril(np.ones((L, L))) / np.arange(1, L + 1)[:, None]
+    short = figures.attention_heatmaps(dense, dense, ["a", "b", "c", "d"])
+    long = figures.attention_heatmaps(dense, dense, ["a", "·internationalization", "c", "d"])
+    for fig in (short, long):
+        axes = [fig.layout[k] for k in fig.layout.to_plotly_json() if k[1:5] == "axis"]
+        assert len(axes) == 6 and all(ax.automargin is False for ax in axes)
+    assert long.layout.margin.b > short.layout.margin.b
+    assert long.layout.margin.l > short.layout.margin.l
+    # 21 characters at ~7 px: the horizontal query labels need ~150 px, the -60° keys ~130
+    assert long.layout.margin.l >= 150 and long.layout.margin.b >= 125
+
+
 def test_head_error_bars_grouped_by_series() -> None:
     errs = pd.DataFrame(
         {
