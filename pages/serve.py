@@ -38,9 +38,15 @@ log = logging.getLogger("prunescope.serve")
 
 def top_imports(path: Path) -> list[str]:
     """Modules a script imports at its top level (``import a.b`` -> a.b; ``from a import b``
-    -> a, and a.b when that is a module), in file order."""
+    -> a, and a.b when that is a module), in file order. A script that does not parse names
+    none: its page shows the error when it runs, the server still starts."""
+    try:
+        body = ast.parse(path.read_text()).body
+    except (OSError, SyntaxError, ValueError) as exc:
+        log.warning("warm-up: cannot read %s (%s); its page pays for its imports", path, exc)
+        return []
     names: list[str] = []
-    for node in ast.parse(path.read_text()).body:
+    for node in body:
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module not in (None, "__future__"):

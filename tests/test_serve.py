@@ -75,3 +75,11 @@ def test_warm_imports_skips_attributes_and_survives_a_broken_module(
     assert "prunescope_broken_mod" not in sys.modules
     assert [r.getMessage() for r in caplog.records if "prunescope_broken_mod" in r.getMessage()]
     assert not [r for r in caplog.records if "json.dumps" in r.getMessage()]
+
+
+def test_a_page_that_does_not_parse_warms_nothing_and_stops_nothing(tmp_path: Path) -> None:
+    bad, good = tmp_path / "bad.py", tmp_path / "good.py"
+    bad.write_text("import json\ndef broken(:\n")
+    good.write_text("import json\n")
+    assert serve.top_imports(bad) == []
+    assert serve.page_modules([bad, good]) == ["json"]
