@@ -102,9 +102,8 @@ ROTATION = math.sin(math.radians(60))  # vertical share of a label at tickangle 
 
 def _label_margins(labels: Sequence[str]) -> dict:
     """Margins that fit the token labels (left: horizontal query labels; bottom: key labels
-    at -60°), so the axes need no automargin. With automargin (the template's default)
-    Plotly draws the figure, measures every label, pushes the margins and draws it again:
-    about 0.15 s of Chromium's time per new prompt on 2 cores (bench/app_latency.py)."""
+    at -60°), so the axes need no automargin: with it (the template's default) Plotly draws
+    the figure, measures every label, pushes the margins and draws it again."""
     longest = max((len(t) for t in labels), default=1)
     return dict(l=round(min(30 + CHAR_PX * longest, 160)),
                 b=round(min(30 + CHAR_PX * longest * ROTATION, 140)))  # fmt: skip

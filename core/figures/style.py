@@ -53,8 +53,7 @@ def layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
 
     The margins leave room for tick labels and an axis title on the left and at the bottom:
     the template's automargin stays on as a safety net, but when it has to push a margin
-    Plotly draws the chart twice (about 0.1 s more in Chromium on 2 cores for the GD
-    trajectories, with 60/50 px here before)."""
+    Plotly draws the chart twice."""
     fig.update_layout(title=title, height=height, margin=dict(l=80, r=20, t=60, b=70))
     fig.layout._validate = False
     try:
