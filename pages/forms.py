@@ -192,9 +192,9 @@ def show_estimate(plan: Callable[[], tuple[float, str]]) -> None:
         st.caption(f"Not runnable yet: {exc}")
         return
     if seconds <= 0:
-        st.caption(f"⏱ {what}: already stored, shown at once.")
+        st.caption(f":material/timer: {what}: already stored, shown at once.")
     else:
-        st.caption(f"⏱ Estimated duration: **about {duration(seconds)}** ({what}).")
+        st.caption(f":material/timer: Estimated duration: **about {duration(seconds)}** ({what}).")
 
 
 def duration(seconds: float) -> str:
