@@ -23,8 +23,10 @@ that have it (its default axis, kept parameters, is measured by every run).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from core.config import FULL, LEAN, RunConfig
@@ -83,9 +85,28 @@ def _dense(model: str) -> dict[str, Any]:
     return values | ({"dataset": "pydoc"} if _offline() else {})
 
 
+def zeroshot_available() -> bool:
+    """Whether the zero-shot piece can read its items: the task files in the local data folder,
+    or the Hub when it is not declared offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE). Without
+    either the piece could only fail, so the set leaves it out (the pruning pieces fall back
+    to the offline corpus instead)."""
+    root = default_data_dir()
+    if root and all((Path(root) / "tasks" / t).is_dir() for t in ZEROSHOT_TASKS.split(",")):
+        return True
+    flags = (os.environ.get(v, "").lower() for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return not any(f in ("1", "true", "yes", "on") for f in flags)
+
+
 def demo_pieces(model: str = DEFAULT_MODEL) -> tuple[Piece, ...]:
-    """The demo set for ``model``, in the order it runs."""
+    """The demo set for ``model``, in the order it runs (zero-shot only where its items can
+    be read: ``zeroshot_available``)."""
     qk = {"targets": "qk"}
+    zeroshot = Piece(
+        "zeroshot",
+        "Zero-shot accuracy (2 tasks)",
+        "zeroshot",
+        {"model": model, "tasks": ZEROSHOT_TASKS, "limit": ZEROSHOT_LIMIT},
+    )
     return (
         Piece("dense", "Dense baseline", "eval", _dense(model), PAGE_RUNS),
         Piece("wanda", "Wanda 50%", "prune", _prune(model, "wanda", FULL), PAGE_ATTENTION),
@@ -110,13 +131,7 @@ def demo_pieces(model: str = DEFAULT_MODEL) -> tuple[Piece, ...]:
         Piece("sparsegpt", "SparseGPT 50%", "prune", _prune(model, "sparsegpt")),
         Piece("wanda-24", "Wanda 2:4", "prune", _prune(model, "wanda", pattern="2:4")),
         Piece("sparsegpt-24", "SparseGPT 2:4", "prune", _prune(model, "sparsegpt", pattern="2:4")),
-        Piece(
-            "zeroshot",
-            "Zero-shot accuracy (2 tasks)",
-            "zeroshot",
-            {"model": model, "tasks": ZEROSHOT_TASKS, "limit": ZEROSHOT_LIMIT},
-        ),
-    )
+    ) + ((zeroshot,) if zeroshot_available() else ())
 
 
 def piece_for(page: str, model: str = DEFAULT_MODEL) -> Piece:

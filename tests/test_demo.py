@@ -33,6 +33,20 @@ def test_every_piece_plans_and_the_dense_piece_is_their_baseline(store) -> None:
     assert len({c.run_id for c in configs.values()}) == len(pieces)  # no piece twice
 
 
+def test_zero_shot_joins_the_set_only_where_its_items_can_be_read(tmp_path, monkeypatch) -> None:
+    """Local task files, or a Hub not declared offline; neither: the piece is left out."""
+    monkeypatch.setenv("PRUNESCOPE_DATA_DIR", str(tmp_path))  # no tasks/ folder here
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert "zeroshot" not in [p.key for p in demo.demo_pieces("tiny-llama")]
+    for task in demo.ZEROSHOT_TASKS.split(","):
+        (tmp_path / "tasks" / task).mkdir(parents=True)
+    assert demo.demo_pieces("tiny-llama")[-1].key == "zeroshot"
+    monkeypatch.setenv("PRUNESCOPE_DATA_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    assert demo.demo_pieces("tiny-llama")[-1].key == "zeroshot"  # from the Hub
+
+
 def test_each_analysis_page_has_the_piece_it_needs() -> None:
     for page, kind in [
         (demo.PAGE_REPDIM, "sweep"),
