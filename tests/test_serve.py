@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
+import weakref
 from pathlib import Path
 
+import pytest
+
 from pages import serve
+
+
+@pytest.fixture(autouse=True)
+def _unfreeze():
+    """warm() freezes the heap of the process it runs in: give the test process its own back."""
+    yield
+    gc.unfreeze()
+
 
 SCRIPT = """\
 from __future__ import annotations
@@ -83,3 +95,30 @@ def test_a_page_that_does_not_parse_warms_nothing_and_stops_nothing(tmp_path: Pa
     good.write_text("import json\n")
     assert serve.top_imports(bad) == []
     assert serve.page_modules([bad, good]) == ["json"]
+
+
+class _Node:
+    pass
+
+
+def test_settle_heap_collects_garbage_then_freezes_the_rest() -> None:
+    """Cyclic garbage made before is collected, not frozen; what lives is left out of later
+    collections, so the full collection Streamlit runs after each script walks little."""
+    dead = _Node()
+    dead.self = dead  # a cycle: only the collector frees it
+    gone = weakref.ref(dead)
+    del dead
+    alive = _Node()
+    tracked_before = len(gc.get_objects())
+    frozen = serve.settle_heap()
+    assert gone() is None
+    assert frozen > 0 and gc.get_freeze_count() == frozen
+    assert len(gc.get_objects()) < tracked_before / 10  # the frozen ones are not walked
+    assert alive is not None
+
+
+def test_warm_freezes_its_heap(tmp_path: Path) -> None:
+    page = tmp_path / "page.py"
+    page.write_text("import json\n")
+    serve.warm([page])
+    assert gc.get_freeze_count() > 0

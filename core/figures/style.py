@@ -73,9 +73,11 @@ def curve(x, y, name: str, style: dict) -> go.Scatter:
     return go.Scatter(x=x, y=y, mode="lines", name=name, line=style)
 
 
-def level(y: float, x0: float, x1: float, name: str, color: str) -> go.Scatter:
-    """A dashed horizontal reference line as a trace (add_hline misplaces labels on log axes)."""
-    return go.Scatter(
+def level(y: float, x0: float, x1: float, name: str, color: str) -> dict:
+    """A dashed horizontal reference line as a trace (add_hline misplaces labels on log axes);
+    a plain trace dict, so a figure built as one dict validates it once with the rest."""
+    return dict(
+        type="scatter",
         x=[x0, x1],
         y=[y, y],
         mode="lines",
