@@ -186,6 +186,9 @@ def test_attention_heatmaps_three_panels_token_axes_causal_blank() -> None:
     diff = np.asarray(maps[2].z, dtype=float)
     assert diff[4, 0] == pytest.approx(0.5 - 0.2)
     assert maps[2].zmin == -maps[2].zmax  # symmetric diverging scale
+    # float32 on the wire: half the bytes per new prompt, the blanks still blank
+    assert all(m.z.dtype == np.float32 for m in maps) and np.isnan(maps[0].z[0, 1])
+    assert fig.to_plotly_json()["data"][0]["z"]["dtype"] == "f4"
 
 
 def test_attention_heatmaps_margins_fit_the_labels_without_automargin() -> None:
