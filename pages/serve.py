@@ -10,9 +10,9 @@ any later one does (``bench/app_latency.py`` prints both).
 
 Last, ``settle_heap`` freezes what the warm-up built. Streamlit collects garbage after every
 script run (its ``runner.postScriptGC``, a full ``gc.collect(2)``), and with torch, transformers,
-pandas and plotly imported that walks ~470k objects: ~0.2 s on 2 CPUs, holding the GIL, so the
-server's event loop cannot tell the browser the run has finished until it is over. Every click
-and every new prompt paid it. Frozen, the import-time heap is left out of collections (nearly
+pandas and plotly imported that walks hundreds of thousands of objects while holding the GIL,
+so the server's event loop cannot tell the browser the run has finished until it is over.
+Every click and every new prompt paid it (README, "Speed of the app"). Frozen, the import-time heap is left out of collections (nearly
 all of it lives as long as the process anyway), and the collection after a run walks only
 what pages made since, as Streamlit intends.
 

@@ -20,8 +20,8 @@ from core.figures.style import (
 )
 
 # The dtype heatmap values travel in: plotly sends a NumPy array as base64 of its bytes, and
-# float32 halves float64's (a 57-token prompt's three panels: ~130 kB -> ~65 kB per new
-# prompt) while keeping more digits than any hover shows.
+# float32 halves float64's (most of a new prompt's message) while keeping more digits than
+# any hover shows.
 WIRE = np.float32
 
 

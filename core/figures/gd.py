@@ -52,8 +52,8 @@ def gd_trajectories(
     panel, e.g. {"lipschitz_est": {"upper bound": 3.1}, "pl_ratio": {"μ̂": 0.2}}.
 
     traj columns: step, ``series`` and the panel columns present. Built as one dict and
-    validated once: make_subplots and a validated add_trace per line cost ~0.1 s for a
-    group's ~20 lines, on every render of the Assumption checks page.
+    validated once: make_subplots and a validated add_trace per line cost several times
+    more, on every render of the Assumption checks page (bench/app_script_cpu.py).
     """
     if traj.empty:
         return empty_figure("no GD trajectory recorded")
