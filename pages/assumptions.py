@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -108,9 +109,9 @@ def show_verdicts(run: Run, groups: pd.DataFrame) -> None:
     group = c2.selectbox("GQA group", sorted(traj.loc[traj["layer"] == layer, "group"].unique()),
                          key="gd_group")  # fmt: skip
     sel = traj[(traj["layer"] == layer) & (traj["group"] == group)].copy()
-    sel["block"] = sel.apply(
-        lambda r: f"q head {int(r['head'])}" if r["matrix"] == "q"
-        else ("k (shared)" if r["matrix"] == "k" else "group total"), axis=1)  # fmt: skip
+    heads = "q head " + sel["head"].fillna(-1).astype(int).astype(str)
+    sel["block"] = np.select([sel["matrix"] == "q", sel["matrix"] == "k"],
+                             [heads, "k (shared)"], "group total")  # fmt: skip
     row = groups[(groups["layer"] == layer) & (groups["group"] == group)].iloc[0]
     st.markdown(f"**Layer {layer}, group {group}: {row['verdict']}** ({row.get('reason', '')})")
     theory: dict[str, dict[str, float]] = {"lipschitz_est": {}, "pl_ratio": {}}
