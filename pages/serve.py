@@ -9,12 +9,12 @@ run`` binds its port, so a start takes that much longer and the first page after
 any later one does (``bench/app_latency.py`` prints both).
 
 Last, ``settle_heap`` freezes what the warm-up built. Streamlit collects garbage after every
-script run (its ``runner.postScriptGC``, a full ``gc.collect(2)``), and with torch, transformers,
-pandas and plotly imported that walks hundreds of thousands of objects while holding the GIL,
-so the server's event loop cannot tell the browser the run has finished until it is over.
-Every click and every new prompt paid it (README, "Speed of the app"). Frozen, the import-time heap is left out of collections (nearly
-all of it lives as long as the process anyway), and the collection after a run walks only
-what pages made since, as Streamlit intends.
+script run (its ``runner.postScriptGC``, a full ``gc.collect(2)``), and with torch,
+transformers, pandas and plotly imported that walks hundreds of thousands of objects while
+holding the GIL, so the server's event loop cannot tell the browser the run has finished
+until it is over: every click and every new prompt paid it (README, "Speed of the app").
+Frozen, the import-time heap (which lives as long as the process anyway) is left out of
+collections, and the collection after a run walks only what pages made since.
 
 Nothing here changes what the app does: a warm-up step that fails is logged and skipped, and
 the page then pays for it as before. ``make run`` and the app benches start the app this way.

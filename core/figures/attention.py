@@ -14,6 +14,7 @@ from core.figures.style import (
     ATTN_SCALE,
     DIFF_SCALE,
     MASK_SCALE,
+    axis_suffix,
     empty_figure,
     layout,
     series_colors,
@@ -143,7 +144,7 @@ def attention_heatmaps(
             (diff, DIFF_SCALE, -dmax, dmax, 1.0),
         )
     ):
-        n = "" if i == 0 else str(i + 1)
+        n = axis_suffix(i)
         x0 = i * (width + PANEL_GAP)
         data.append(
             dict(

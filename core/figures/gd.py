@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from core.figures.style import LOG_AXIS, PALETTE, empty_figure, layout, level
+from core.figures.style import LOG_AXIS, PALETTE, axis_suffix, empty_figure, layout, level
 
 # ---- Paper B: GD trajectories ---------------------------------------------------------------------
 TRAJECTORY_PANELS = (
@@ -27,7 +27,7 @@ ROWS = ((0.57, 1.0), (0.0, 0.43))
 def _panel_axes(k: int) -> dict:
     """Axes of panel k (``xaxis``/``yaxis`` for k = 0, then ``xaxis2``...): log y, and the
     step named under the bottom row."""
-    n = "" if k == 0 else str(k + 1)
+    n = axis_suffix(k)
     row, col = divmod(k, 2)
     x = dict(domain=list(COLUMNS[col]), anchor=f"y{n}")
     if row == 1:
@@ -63,7 +63,7 @@ def gd_trajectories(
     axes: dict[str, dict] = {}
     titles = []
     for k, (col, title) in enumerate(TRAJECTORY_PANELS):
-        n = "" if k == 0 else str(k + 1)
+        n = axis_suffix(k)
         axes |= _panel_axes(k)
         titles.append(_panel_title(k, title))
         if col not in traj:

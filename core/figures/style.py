@@ -63,6 +63,11 @@ def layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
     return fig
 
 
+def axis_suffix(k: int) -> str:
+    """Plotly's name suffix of the k-th subplot's axes: "" (xaxis, x), then "2", "3"..."""
+    return "" if k == 0 else str(k + 1)
+
+
 # Line styles of the relations drawn beside the data: the papers' analytic forms, and our fits.
 ANALYTIC = dict(dash="dash", color="gray")
 FIT = dict(dash="dot", color="#FFA15A")
