@@ -101,7 +101,7 @@ SEED_RUN = [
 def ensure_prune_run(store: Path) -> None:
     """One finished prune run with stored W_Q/W_K (the heatmap needs it)."""
     sys.path.insert(0, str(ROOT))
-    from core.store import RunStore
+    from core.store.run_store import RunStore
 
     if RunStore(store).list(kind="prune", status="done"):
         return

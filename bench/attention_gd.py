@@ -26,16 +26,16 @@ import torch
 from protocol import open_store, protocol_parser
 from torch import nn
 
-from core.attention import attention_errors, attention_probs
-from core.attention_compare import AttentionProbe, form
-from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
-from core.masks import score_mask
+from core.evaluation.attention_error import AttentionProbe, form
+from core.evaluation.attention_ops import attention_errors, attention_probs
 from core.methods.attention_gd import AttentionGD, AttentionGDOptions
 from core.methods.attention_gd.options import CHECKS
 from core.methods.base import LayerContext, LinearStats
 from core.methods.sparsegpt import sparsegpt_prune
 from core.methods.wanda import wanda_scores
+from core.pruning.masks import score_mask
 from core.runs import get_calib_windows, get_eval_windows, get_model, run_prune
+from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 
 # GD readings swept (fixed before the run). Everything else: AttentionGDOptions' defaults.
 CONFIGS: dict[str, dict] = {
@@ -64,7 +64,7 @@ BASELINES = ("magnitude", "wanda", "sparsegpt")
 
 def attn_error(X, dense, pruned, geo, rope, qk_form=None) -> float:
     """Mean over heads of ‖P̃ − P‖_F/‖P‖_F on X (N, L, d), pooled over the sequences;
-    ``qk_form``: the layer's family form (core.attention_compare.form)."""
+    ``qk_form``: the layer's family form (core.evaluation.attention_error.form)."""
     fro2 = dense2 = 0.0
     for x in X.split(2):
         P = attention_probs(x, *dense, *geo, True, rope, qk_form)

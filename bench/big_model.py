@@ -34,9 +34,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from core.config import PruneConfig
+from core.evaluation.perplexity import evaluate_perplexity
 from core.methods.slicegpt import load_sliced
-from core.perplexity import evaluate_perplexity
+from core.settings.config import PruneConfig
 from core.stream.pipeline import perplexity_streamed, prune_streamed
 from core.stream.synthetic import llama_config, write_random_model
 from core.stream.weights import LazyWeights

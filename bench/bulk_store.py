@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core import demo  # noqa: E402
-from core.config import RunConfig  # noqa: E402
-from core.store import RunStore  # noqa: E402
+from core.settings.config import RunConfig  # noqa: E402
+from core.store.run_store import RunStore  # noqa: E402
 
 
 def run_demo_set(store: RunStore, model: str, timeout_s: float = 1800) -> float:

@@ -1,4 +1,4 @@
-"""How close the forms' duration estimates (core.estimate) come to real runs on this machine.
+"""How close the forms' duration estimates (core.planning.estimate) come to real runs on this machine.
 
     python bench/estimate_accuracy.py [--model smollm2-135m] [--store DIR]
     python bench/estimate_accuracy.py --replay DEMO_STORE [--after 0,1,2,4]
@@ -29,11 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from core import requests
 from core.demo import QUEUE, demo_pieces, piece_config
-from core.estimate import estimate_many, estimate_seconds
-from core.speed import Speed, default_speed, measured_speed
-from core.store import RunStore
+from core.planning.estimate import estimate_many, estimate_seconds
+from core.planning.speed import Speed, default_speed, measured_speed
+from core.settings import request as requests
+from core.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"nsamples": 4, "calib_seqlen": 64, "seqlen": 128, "max_windows": 4, "device": "cpu"}

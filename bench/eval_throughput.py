@@ -3,7 +3,7 @@
     python bench/eval_throughput.py [--model smollm2-135m] [--seqlen 512] [--windows 8]
                                     [--dtype float32] [--device auto] [--batch-size 4]
 
-Prints tokens/s of ``core.perplexity.evaluate_perplexity``, the float32 GEMM rate measured
+Prints tokens/s of ``core.evaluation.perplexity.evaluate_perplexity``, the float32 GEMM rate measured
 in the same process, the model's forward FLOPs per token, and the ratio of achieved model
 FLOP/s to the GEMM rate (how close the forward pass runs to the machine's matmul peak).
 """
@@ -16,7 +16,7 @@ import time
 import torch
 
 from core.data import default_data_dir
-from core.device import resolve_device, resolve_dtype
+from core.machine.device import resolve_device, resolve_dtype
 
 
 def matmul_rate(device: torch.device, n: int = 2048, repeats: int = 10) -> float:
@@ -56,10 +56,10 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     args = ap.parse_args()
 
-    from core.config import DataSpec
     from core.data import eval_windows, load_corpus
-    from core.models import load_model
-    from core.perplexity import evaluate_perplexity
+    from core.evaluation.perplexity import evaluate_perplexity
+    from core.models.load import load_model
+    from core.settings.config import DataSpec
 
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)

@@ -33,11 +33,11 @@ from pathlib import Path
 
 import torch
 
-from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
-from core.device_memory import reset_peak
+from core.machine.gpu_memory import reset_peak
 from core.methods import available_methods
 from core.runs import RunOptions, run_prune
-from core.store import RunStore
+from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
+from core.store.run_store import RunStore
 from core.stream.pipeline import perplexity_streamed, prune_streamed
 from core.stream.synthetic import llama_config, write_random_model
 

@@ -40,7 +40,7 @@ def open_store(args: argparse.Namespace, prefix: str):
     scripts print their own table)."""
     import transformers
 
-    from core.store import RunStore
+    from core.store.run_store import RunStore
 
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()

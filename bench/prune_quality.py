@@ -10,7 +10,7 @@ the first 64 windows of 512 tokens of WikiText-2 test. Each configuration runs i
 process through the CLI (``python -m core prune --json``), so peak RSS is per configuration.
 Prints one table: perplexity, pruning seconds, peak RSS of the pruning phase beside its
 budget (the process with the model loaded and its weights resident + calibration activations +
-attention-probe buffers; core.memory) and the margin used, achieved sparsity.
+attention-probe buffers; core.machine.process_memory) and the margin used, achieved sparsity.
 """
 
 from __future__ import annotations

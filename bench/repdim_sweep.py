@@ -41,11 +41,11 @@ def main() -> None:
 def run_model(args, name: str, store) -> dict:
     """The whole protocol on one model; prints its sections, returns its sweep table and
     fit metrics for the side-by-side comparison."""
-    from core.budget import matched_table, winner
-    from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
+    from core.analysis.budget import matched_table, winner
     from core.errors import ConfigError
     from core.names import EFFDIM_KEY
     from core.runs import effdim_report, run_prune, run_sweep
+    from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 
     model = ModelSpec(name)
     evalc = EvalConfig(DataSpec("wikitext2", "test", args.data_dir), args.seqlen, args.max_windows)
@@ -218,10 +218,10 @@ REFERENCE_MODELS = ("smollm2-135m",)
 
 def reference_table(args, model, c4, evalc, store) -> None:
     """SliceGPT calibrated on C4 (the reference's protocol) beside the reference's figure."""
-    from core.config import PruneConfig
-    from core.repdim_report import window_nlls
+    from core.analysis.sweep_report import window_nlls
+    from core.analysis.uncertainty import ppl_intervals
     from core.runs import run_slice
-    from core.uncertainty import ppl_intervals
+    from core.settings.config import PruneConfig
 
     print(
         f"\nSliceGPT on C4 calibration ({args.nsamples} x {args.seqlen}, seed {c4.seed}) "

@@ -31,10 +31,10 @@ def main() -> None:
 
     from pathlib import Path
 
-    from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec
-    from core.executors import make_executor
-    from core.sweep_grid import SweepSpec, resolve_grid
-    from core.sweeps import run_sweep_grid
+    from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec
+    from core.sweeps.executors import make_executor
+    from core.sweeps.grid import SweepSpec, resolve_grid
+    from core.sweeps.orchestrate import run_sweep_grid
 
     data_dir = str(Path(args.data_dir).resolve())
     grid = [(m, s) for m in METHODS for s in SPARSITIES][: args.points]

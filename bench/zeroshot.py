@@ -26,8 +26,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8, help="zero-shot batch size")
     args = ap.parse_args()
 
-    from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, ZeroShotConfig
     from core.runs import run_sweep
+    from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, ZeroShotConfig
 
     data_dir = str(Path(args.data_dir).resolve())
     store = open_store(args, "zeroshot-")

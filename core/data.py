@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from core.config import DataSpec
 from core.errors import DataError
+from core.settings.config import DataSpec
 
 log = logging.getLogger(__name__)
 

@@ -5,13 +5,13 @@ that fills one page after another: the dense baseline, Wanda 50% (Attention mask
 effective-dimension chart), a SliceGPT sweep (Representation dimension), attention-GD 50%
 on W_Q/W_K (Assumption checks) with its magnitude and Wanda baselines on the same targets,
 then the comparisons (SparseGPT 50%, Wanda and SparseGPT 2:4) and zero-shot accuracy of the
-dense model on two tasks. Every piece uses the "demo" preset (core.fields: 8 × 128
+dense model on two tasks. Every piece uses the "demo" preset (core.settings.commands: 8 × 128
 calibration tokens, 4 evaluation windows of 64), so the numbers are real but noisy; the
-Prune page's presets are the ones to quote. Sized so the set's estimate (core.estimate) is
+Prune page's presets are the ones to quote. Sized so the set's estimate (core.planning.estimate) is
 minutes on a CPU: every prune or slice run pays a fixed share (start-up, the latency
 forwards before and after, the effective dimension's eigendecompositions), so the set keeps
 few runs, small windows and a short zero-shot sample, and measures lean (no latency, no
-effective dimension of the changed model: core.config.MEASURES) on every piece but Wanda
+effective dimension of the changed model: core.settings.config.MEASURES) on every piece but Wanda
 50%, whose effective dimension the Representation dimension page plots beside the dense
 run's. No page needs the latency: the matched-budget chart's latency axis shows the runs
 that have it (its default axis, kept parameters, is measured by every run).
@@ -29,13 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.config import FULL, LEAN, RunConfig
 from core.data import default_data_dir
-from core.estimate import estimate_many, estimate_seconds
-from core.fields import PRESETS
 from core.jobs.queue import QueueItem, QueueStatus, cancel_queue, queue_status, start_queue
-from core.requests import DEFAULT_MODEL, plan_request
-from core.store import RunStore
+from core.names import FULL, LEAN
+from core.planning.estimate import estimate_many, estimate_seconds
+from core.settings.commands import PRESETS
+from core.settings.config import RunConfig
+from core.settings.request import DEFAULT_MODEL, plan_request
+from core.store.run_store import RunStore
 
 QUEUE = "demo"
 PAGE_REPDIM, PAGE_ATTENTION, PAGE_ASSUMPTIONS, PAGE_RUNS = (
@@ -54,7 +55,7 @@ GD_OPTIONS = ("steps=8", "max_seq=4", "max_len=128", "check_points=2")
 
 @dataclass(frozen=True)
 class Piece:
-    """One run of the demo set: ``command`` and ``params`` as ``core.requests`` takes them;
+    """One run of the demo set: ``command`` and ``params`` as ``core.settings.request`` takes them;
     ``page`` is the page it fills first (None: it only adds a comparison)."""
 
     key: str
@@ -145,7 +146,7 @@ def piece_config(store: RunStore, piece: Piece) -> RunConfig:
 
 
 def piece_seconds(store: RunStore, piece: Piece) -> float:
-    """Estimated duration of one piece on this machine (core.estimate)."""
+    """Estimated duration of one piece on this machine (core.planning.estimate)."""
     return float(estimate_seconds(piece_config(store, piece), store))
 
 

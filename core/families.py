@@ -1,6 +1,6 @@
 """Which method runs on which model family, and with which patterns (``python -m core methods``).
 
-Read from each family's tiny model config alone (``core.model_names.TINY_MODELS``), through the
+Read from each family's tiny model config alone (``core.models.catalog.TINY_MODELS``), through the
 same ``Method.refusal`` that run planning applies, so the listing and the planner cannot
 disagree. A method refused only for long calibration sequences (attention-GD on a family with
 sliding-window layers) is listed as supported with that condition.
@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from core.adapters import FAMILIES
-from core.geometry import Geometry
 from core.methods import available_methods, get_method, make_method
-from core.models import TINY_MODELS, tiny_config
+from core.models.geometry import Geometry
+from core.models.load import TINY_MODELS, tiny_config
 
 _LONG = 1 << 30  # a calibration length no window covers: brings out length conditions
 

@@ -1,7 +1,57 @@
-"""The project's vocabulary, owned here and imported by runs, CLI and pages: run kinds,
-progress stages, stored table and array names, and the metric keys pages read."""
+"""The project's vocabulary, owned here and imported by settings, runs, CLI and pages: method,
+role, pattern and dataset names, run kinds, progress stages, stored table and array names,
+and the metric keys pages read. Plain names only (no torch), so configs and forms validate
+without loading anything."""
 
 from __future__ import annotations
+
+from core.errors import ConfigError
+
+# ---- pruning methods, in the order forms and flags list them ---------------------------------------
+# ``core.methods`` registers the classes; a test checks that its ``available_methods()`` gives
+# exactly these names in this order.
+METHOD_NAMES: tuple[str, ...] = ("magnitude", "wanda", "sparsegpt", "slicegpt", "attention-gd")
+
+# ---- what a user picks: patterns, linear targets, datasets, measures, mask scopes -------------------
+PATTERNS = ("unstructured", "2:4", "4:8")
+TARGETS = ("all", "attention", "mlp", "qk")
+DATASETS = ("wikitext2", "c4", "pydoc")  # plus "file:<path>" for any text/jsonl file
+# What a prune/slice run measures beyond perplexity and kept parameters: "full" adds the
+# forward latency before and after the change and the changed model's effective dimension;
+# "lean" skips both. The default is left out of the canonical JSON, so every run id from
+# before this setting existed stays the same.
+FULL, LEAN = "full", "lean"
+MEASURES = (FULL, LEAN)
+SCOPES = ("row", "matrix")  # where a mask's threshold is taken: per output row or per matrix
+
+# ---- linear roles -----------------------------------------------------------------------------------
+# Every family's decoder layer is described by the same seven roles; a family without a gate
+# (OPT's fc1/fc2 MLP) lacks that role (``core.adapters.roles`` views a role inside a fused
+# projection).
+ROLES: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
+ROLE_GROUPS: dict[str, tuple[str, ...]] = {  # named groups users pick from
+    "all": ROLES,
+    "attention": ("q", "k", "v", "o"),
+    "mlp": ("gate", "up", "down"),
+    "qk": ("q", "k"),
+}
+# Linears that read the same tensor share one set of input statistics.
+SHARED_INPUT: dict[str, str] = {"k": "q", "v": "q", "up": "gate"}
+
+
+def resolve_roles(targets: str) -> tuple[str, ...]:
+    """'all' | 'attention' | 'mlp' | 'qk' | comma list of roles -> ordered roles."""
+    if targets in ROLE_GROUPS:
+        return ROLE_GROUPS[targets]
+    roles = tuple(r.strip() for r in targets.split(",") if r.strip())
+    bad = [r for r in roles if r not in ROLES]
+    if bad or not roles:
+        raise ConfigError(
+            f"unknown linear role(s) {bad or targets!r}; use one of {sorted(ROLE_GROUPS)} "
+            f"or a comma list of {list(ROLES)}"
+        )
+    return tuple(r for r in ROLES if r in roles)
+
 
 # ---- run kinds (RunConfig.kind) -------------------------------------------------------------------
 EVAL, PRUNE, SLICE, SWEEP, ZEROSHOT = "eval", "prune", "slice", "sweep", "zeroshot"
@@ -42,7 +92,7 @@ A_SPECTRA = "spectra"  # slice: eigenvalues at every boundary
 # ---- metric keys -------------------------------------------------------------------------------------
 SUMMARY_COLUMNS = ("ppl", "dense_ppl", "achieved_sparsity", "prune_seconds")  # runs table
 EFFDIM_PREFIX = "effdim_"
-# The effective-dimension statistic fixed in advance (core.effdim.PRIMARY, mean over layers);
+# The effective-dimension statistic fixed in advance (core.analysis.effdim.PRIMARY, mean over layers);
 # the cross-method relation is tested with it only.
 EFFDIM_KEY = "mean_erank_c"
 DEFAULT_DIM = EFFDIM_PREFIX + EFFDIM_KEY

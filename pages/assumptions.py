@@ -19,7 +19,7 @@ from core.methods.attention_gd.method import (
     TABLE_HEADS,
     TABLE_TRAJECTORY,
 )
-from core.store import Run, RunRecord
+from core.store.run_store import Run, RunRecord
 from pages.common import (
     get_store,
     list_runs,

@@ -7,11 +7,11 @@ import json
 import pandas as pd
 import streamlit as st
 
-from core import attention_maps as am
 from core import figures
 from core.demo import PAGE_ATTENTION
 from core.errors import PruneScopeError
-from core.store import Run, RunRecord
+from core.evaluation import attention_maps as am
+from core.store.run_store import Run, RunRecord
 from pages.common import (
     get_store,
     list_runs,

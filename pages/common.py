@@ -15,7 +15,7 @@ import streamlit as st
 from core import jobs
 from core.errors import PruneScopeError
 from core.names import STAGES
-from core.store import RunRecord, RunStore, default_root
+from core.store.run_store import RunRecord, RunStore, default_root
 
 FRAME_KEY = "_frame_ran"  # set by app.py on every run
 
@@ -57,7 +57,7 @@ def list_runs(
 
 @st.cache_resource(show_spinner=False)
 def device_info() -> dict[str, Any]:
-    from core.device import describe_device, resolve_device
+    from core.machine.device import describe_device, resolve_device
 
     return describe_device(resolve_device("auto"))
 

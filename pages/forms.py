@@ -1,6 +1,6 @@
-"""Widgets drawn from the field table (core.fields, core.option_fields): every form of the
+"""Widgets drawn from the field table (core.settings.commands, core.settings.method_options): every form of the
 app (Prune, Sweeps) shows the same label, help, range and default for the same setting,
-and sends field values to the one request path (core.requests). Not a page itself.
+and sends field values to the one request path (core.settings.request). Not a page itself.
 """
 
 from __future__ import annotations
@@ -10,18 +10,19 @@ from typing import Any
 
 import streamlit as st
 
-from core import jobs, requests
-from core.config import ModelSpec
-from core.cost import device_type
+from core import jobs
 from core.data import default_data_dir
 from core.errors import ConfigError, PruneScopeError
-from core.estimate import estimate_seconds
-from core.field import CHOICE, FLAG, FLOAT, INT, MULTI, Field, method_list
-from core.fields import PRESETS, app_preset
-from core.model_names import available_models
-from core.option_fields import EXPERT, option_fields, option_pairs
-from core.speed import Speed, measured_speed
-from core.store import RunStore
+from core.models.catalog import available_models
+from core.planning.cost import device_type
+from core.planning.estimate import estimate_seconds
+from core.planning.speed import Speed, measured_speed
+from core.settings import request as requests
+from core.settings.commands import PRESETS, app_preset
+from core.settings.config import ModelSpec
+from core.settings.field import CHOICE, FLAG, FLOAT, INT, MULTI, Field, method_list
+from core.settings.method_options import EXPERT, option_fields, option_pairs
+from core.store.run_store import RunStore
 from pages.common import device_info
 
 OTHER_MODEL = "other (local folder or Hugging Face id)"
@@ -29,7 +30,7 @@ UPLOAD = "upload a text file"
 CORPUS_FIELDS = ("calib", "eval")
 PRESET_FIELDS = ("nsamples", "calib_seqlen", "seqlen", "max_windows")
 PRESET_HELP = (
-    "named sets of ordinary values (core.fields): 'reference' is the protocol every default "
+    "named sets of ordinary values (core.settings.commands): 'reference' is the protocol every default "
     "follows (calibration 32 × 512 C4 train, every evaluation window); 'quick' keeps a CPU "
     "run of the embedded model to minutes"
 )
@@ -168,8 +169,8 @@ def method_options(method: str, key: str, prefix: str = "") -> list[str]:
 
 
 def speed_for(store: RunStore, model: ModelSpec) -> Speed:
-    """The speed core.estimate plans ``model``'s runs with: its device's, measured on the
-    store's runs of that model when there are any (core.speed reads it once per version of
+    """The speed core.planning.estimate plans ``model``'s runs with: its device's, measured on the
+    store's runs of that model when there are any (core.planning.speed reads it once per version of
     the store)."""
     return measured_speed(store, device_type(model), model.name)
 

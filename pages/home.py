@@ -6,8 +6,8 @@ import streamlit as st
 
 from core import figures
 from core.adapters import supported_families
-from core.model_names import EMBEDDED_MODEL, GGUF_MODELS, available_models
-from core.tables import runs_frame
+from core.analysis.tables import runs_frame
+from core.models.catalog import EMBEDDED_MODEL, GGUF_MODELS, available_models
 from pages.common import device_info, get_store, list_runs, require_frame
 from pages.starters import MODEL_KEY, demo_button
 

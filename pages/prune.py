@@ -10,10 +10,10 @@ import pandas as pd
 import streamlit as st
 
 from core import figures, jobs
+from core.analysis.tables import DENSE_ACC, accuracy_beside_dense
 from core.errors import PruneScopeError, StoreError
-from core.fields import command_fields, defaults
-from core.store import Run
-from core.tables import DENSE_ACC, accuracy_beside_dense
+from core.settings.commands import command_fields, defaults
+from core.store.run_store import Run
 from pages.common import (
     cli_hint,
     current_job,
@@ -61,7 +61,7 @@ def key(name: str) -> str:
 
 
 def form_values(start: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-    """Every setting's widget (core.fields); returns the field values and the upload."""
+    """Every setting's widget (core.settings.commands); returns the field values and the upload."""
     values: dict[str, Any] = {}
     for column, names in zip(st.columns(3), MAIN, strict=True):
         with column:

@@ -10,12 +10,12 @@ import pandas as pd
 import streamlit as st
 
 from core import figures, jobs
+from core.analysis.tables import effdim_points
 from core.demo import PAGE_ATTENTION, PAGE_REPDIM
 from core.errors import PruneScopeError
-from core.fields import command_fields, defaults
 from core.names import DEFAULT_DIM
-from core.store import Run
-from core.tables import effdim_points
+from core.settings.commands import command_fields, defaults
+from core.store.run_store import Run
 from pages.common import (
     cli_hint,
     current_job,
@@ -56,7 +56,7 @@ st.caption(
 
 
 # ---- starting a sweep ------------------------------------------------------------------------------
-# The sweep command's fields drawn with the Prune page's widgets (pages.forms, core.fields).
+# The sweep command's fields drawn with the Prune page's widgets (pages.forms, core.settings.commands).
 # The grid axes that SliceGPT has no use for (patterns, allocations, targets) are left out.
 FIELDS = {f.name: f for f in command_fields("sweep")}
 MAIN = ("model", "sparsities", "seeds", "device")
@@ -242,7 +242,7 @@ def show_effdim(points: pd.DataFrame) -> None:
     d_ref = float(dense[x].iloc[0]) if len(dense) and _num(dense[x].iloc[0]) else None
     st.plotly_chart(figures.effdim_scatter(group, x, ppl0, d_ref), key="effdim_scatter")
     if ppl0 and d_ref and len(others):
-        from core.repdim import effective_relation
+        from core.analysis.relation import effective_relation
 
         rel = effective_relation(
             ppl0,

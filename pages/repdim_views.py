@@ -7,10 +7,10 @@ import pandas as pd
 import streamlit as st
 
 from core import figures
-from core.budget import BUDGETS
+from core.analysis.budget import BUDGETS
+from core.analysis.teaching import budget_points, matched_summary, slice_point
 from core.figures.repdim import BUDGET_AXIS
-from core.store import RunRecord
-from core.teaching import budget_points, matched_summary, slice_point
+from core.store.run_store import RunRecord
 from pages.common import number_table
 
 

@@ -7,8 +7,8 @@ from functools import partial
 import streamlit as st
 
 from core import figures, jobs
+from core.analysis.tables import runs_frame
 from core.errors import PruneScopeError
-from core.tables import runs_frame
 from pages.common import get_store, list_runs, require_frame, show_error
 
 require_frame(__file__)

@@ -34,11 +34,11 @@ from pathlib import Path
 from streamlit.web import cli
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-from core.config import ModelSpec
-from core.cost import model_shape
-from core.models import model_config
-from core.requests import DEFAULT_MODEL
-from core.speed import cpu_flops
+from core.models.load import model_config
+from core.planning.cost import model_shape
+from core.planning.speed import cpu_flops
+from core.settings.config import ModelSpec
+from core.settings.request import DEFAULT_MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "app.py"

@@ -11,7 +11,7 @@ import streamlit as st
 
 from core import demo, jobs
 from core.errors import PruneScopeError
-from core.store import RunStore
+from core.store.run_store import RunStore
 from pages.common import (
     current_job,
     fmt_seconds,

@@ -9,7 +9,6 @@ import streamlit as st
 
 from core import jobs
 from core.errors import PruneScopeError
-from core.fields import command_fields, defaults, sweep_defaults
 from core.figures.sweeps import accuracy_curves, sweep_curves
 from core.jobs.sweep import (
     GRID_STATES,
@@ -22,7 +21,8 @@ from core.jobs.sweep import (
     sweep_status,
 )
 from core.names import PRUNED_KINDS
-from core.sweep_fields import SWEEP_GRID
+from core.settings.commands import command_fields, defaults, sweep_defaults
+from core.settings.sweep_axes import SWEEP_GRID
 from pages.common import (
     current_job,
     fmt_seconds,

@@ -24,7 +24,7 @@ def store_root(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture
 def store(store_root):
-    from core.store import RunStore
+    from core.store.run_store import RunStore
 
     return RunStore(store_root)
 
@@ -50,7 +50,7 @@ def shared_data() -> Path:
 
 @pytest.fixture
 def tiny():
-    from core.models import load_model
+    from core.models.load import load_model
 
     return load_model("tiny-llama")
 
@@ -59,7 +59,14 @@ def tiny():
 def accuracy_runs(store) -> tuple[str, str]:
     """(dense zero-shot run id, pruned run id) stored by hand: PIQA accuracy 0.7 dense and
     0.6 pruned (with a note), linked as a prune run links its dense zero-shot run."""
-    from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig, RunConfig
+    from core.settings.config import (
+        CalibConfig,
+        DataSpec,
+        EvalConfig,
+        ModelSpec,
+        PruneConfig,
+        RunConfig,
+    )
 
     tiny = ModelSpec("tiny-llama", "cpu", "float32")
     row = {"task": "piqa", "label": "PIQA", "n": 50, "acc_stderr": 0.06, "acc_norm": 0.7}

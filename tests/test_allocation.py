@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.allocation import layer_outlier_ratio, owl_allocation, uniform_allocation
 from core.errors import ConfigError
+from core.pruning.allocation import layer_outlier_ratio, owl_allocation, uniform_allocation
 
 RATIOS = [0.010, 0.050, 0.020, 0.030, 0.012, 0.041]
 

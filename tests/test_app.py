@@ -16,12 +16,20 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from core import jobs, requests
-from core.cli import build_parser, field_values
-from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig, RunConfig
-from core.models import load_model
+from core import jobs
+from core.cli.main import build_parser, field_values
+from core.models.load import load_model
 from core.names import DEFAULT_DIM
-from core.store import RunStore
+from core.settings import request as requests
+from core.settings.config import (
+    CalibConfig,
+    DataSpec,
+    EvalConfig,
+    ModelSpec,
+    PruneConfig,
+    RunConfig,
+)
+from core.store.run_store import RunStore
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGES = ["home", "prune", "repdim", "attention", "assumptions", "runs"]
@@ -495,7 +503,7 @@ def test_sweep_form_uses_the_prune_pages_widgets_and_defaults(store) -> None:
     prune = open_page("prune")
     assert at.selectbox(key="sweep_preset").value == prune.selectbox(key="preset").value
     # (the calibration corpus follows each method's reference: WikiText-2 for SliceGPT, C4
-    # for the Prune page's Wanda; core.fields.sweep_reference)
+    # for the Prune page's Wanda; core.settings.commands.sweep_reference)
     for name in ("model", "eval", "nsamples", "calib_seqlen", "seqlen"):
         assert widget_of(at, f"sweep_{name}").value == widget_of(prune, name).value, name
     assert widget_of(at, "sweep_max_windows").value == widget_of(prune, "windows").value

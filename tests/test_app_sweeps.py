@@ -14,15 +14,16 @@ from streamlit.testing.v1 import AppTest
 from test_app import open_page, texts
 from test_app import widget_of as widget
 
-from core import fields, requests
-from core.cli import build_parser, field_values
+from core.cli.main import build_parser, field_values
 from core.figures.sweeps import DENSE as FIGURE_DENSE
 from core.figures.sweeps import accuracy_curves, sweep_curves
 from core.jobs.sweep import cell_grid, sweep_status
-from core.option_fields import all_option_fields, option_pairs
-from core.store import RunStore
-from core.sweep_grid import resolve_grid
-from core.sweeps import DENSE
+from core.settings import commands as fields
+from core.settings import request as requests
+from core.settings.method_options import all_option_fields, option_pairs
+from core.store.run_store import RunStore
+from core.sweeps.grid import resolve_grid
+from core.sweeps.orchestrate import DENSE
 
 SHARED = (
     "model",

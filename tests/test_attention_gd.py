@@ -1,4 +1,4 @@
-"""Paper B's attention-mask GD (core.attention, core.methods.attention_gd): papers.md §3, §7."""
+"""Paper B's attention-mask GD (core.evaluation.attention_ops, core.methods.attention_gd): papers.md §3, §7."""
 
 from __future__ import annotations
 
@@ -10,9 +10,13 @@ import pytest
 import torch
 from torch import nn
 
-from core.attention import apply_rope, attention_errors, attention_probs, rope_adjoint
 from core.errors import ConfigError
-from core.masks import score_mask
+from core.evaluation.attention_ops import (
+    apply_rope,
+    attention_errors,
+    attention_probs,
+    rope_adjoint,
+)
 from core.methods import get_method
 from core.methods.attention_gd import (
     AttentionGD,
@@ -27,6 +31,7 @@ from core.methods.attention_gd import (
 )
 from core.methods.base import LayerContext, LinearStats
 from core.methods.wanda import wanda_scores
+from core.pruning.masks import score_mask
 
 D, HEAD_DIM, L = 16, 4, 8
 F64 = torch.float64
@@ -55,7 +60,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm()).item()
 
 
-# ---------------------------------------------------------------------------- core.attention
+# ---------------------------------------------------------------------------- core.evaluation.attention_ops
 
 
 def test_rope_adjoint_is_the_transpose_of_rope():

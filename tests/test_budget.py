@@ -1,4 +1,4 @@
-"""Matched-budget comparison (core.budget): interpolation inside the covered range only, and a
+"""Matched-budget comparison (core.analysis.budget): interpolation inside the covered range only, and a
 winner only when intervals separate (controls: clearly apart -> a winner, overlapping -> none)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from core.budget import matched_table, winner
+from core.analysis.budget import matched_table, winner
 from core.errors import ConfigError
 
 

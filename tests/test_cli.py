@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from core.cli import main
-from core.store import RunStore
+from core.cli.main import main
+from core.store.run_store import RunStore
 
 
 def run(capsys, *argv):

@@ -1,8 +1,8 @@
 import pytest
 
-from core.config import DataSpec
 from core.data import calibration_windows, eval_windows, load_corpus
 from core.errors import DataError
+from core.settings.config import DataSpec
 
 
 def test_wikitext_reference_join(shared_data):

@@ -14,12 +14,13 @@ import time
 import pytest
 from test_app import open_page  # the same AppTest helper as the page tests
 
-from core import demo, requests
-from core.cli import build_parser, field_values
+from core import demo
+from core.cli.main import build_parser, field_values
 from core.jobs import queue
 from core.jobs.status import JobStatus
 from core.runs import plan_eval
-from core.store import RunStore
+from core.settings import request as requests
+from core.store.run_store import RunStore
 
 
 def test_every_piece_plans_and_the_dense_piece_is_their_baseline(store) -> None:

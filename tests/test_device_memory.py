@@ -5,11 +5,11 @@ failed and nothing is half-written (no run folder, no temporary folder, no --sav
 import pytest
 import torch
 
-from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
-from core.device_memory import is_out_of_memory, oom_as_error, peak_report
 from core.errors import DeviceMemoryError
+from core.machine.gpu_memory import is_out_of_memory, oom_as_error, peak_report
 from core.methods import sparsegpt
 from core.runs import RunOptions, run_prune
+from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)

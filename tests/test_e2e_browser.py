@@ -123,7 +123,7 @@ def test_populate_every_page_then_every_page_has_a_chart(tmp_path, shots, record
     pytest.importorskip("playwright")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from core import demo
-    from core.store import RunStore
+    from core.store.run_store import RunStore
 
     root = tmp_path / "store"
     with (

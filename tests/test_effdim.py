@@ -1,4 +1,4 @@
-"""The pre-registered effective dimension (core.effdim): centred covariance, attention-sink
+"""The pre-registered effective dimension (core.analysis.effdim): centred covariance, attention-sink
 position excluded, jackknife interval over windows."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import math
 import pytest
 import torch
 
-from core.effdim import (
+from core.analysis.effdim import (
     PRIMARY,
     centred_erank,
     collect_residual_dims,
     effective_dims,
     windows_needed,
 )
-from core.models import build_tiny_model
+from core.models.load import build_tiny_model
 
 
 def orthonormal(rows: int, cols: int, seed: int) -> torch.Tensor:

@@ -1,6 +1,6 @@
-"""Duration estimates of planned runs (core.estimate): more tokens take longer, costlier
+"""Duration estimates of planned runs (core.planning.estimate): more tokens take longer, costlier
 methods take longer, a GPU is faster than a CPU, stored runs are free, and stored timings
-calibrate the device's speed by the rule of core.speed (hand-made records, no timing)."""
+calibrate the device's speed by the rule of core.planning.speed (hand-made records, no timing)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,15 @@ import sqlite3
 
 import pytest
 
-from core import requests
-from core.cost import changed_model_flops, dense_flops, loop_flops, model_shape, prune_phase_flops
-from core.estimate import estimate_many, estimate_seconds
-from core.runs import RunOptions, execute
-from core.speed import (
+from core.planning.cost import (
+    changed_model_flops,
+    dense_flops,
+    loop_flops,
+    model_shape,
+    prune_phase_flops,
+)
+from core.planning.estimate import estimate_many, estimate_seconds
+from core.planning.speed import (
     Sample,
     Speed,
     default_speed,
@@ -23,7 +27,9 @@ from core.speed import (
     measured_speed,
     run_sample,
 )
-from core.sweep_grid import SweepSpec, resolve_grid
+from core.runs import RunOptions, execute
+from core.settings import request as requests
+from core.sweeps.grid import SweepSpec, resolve_grid
 
 BASE = {"model": "smollm2-135m", "device": "cpu", "calib": "pydoc", "eval": "pydoc"}
 QUICK = {"nsamples": 8, "calib_seqlen": 128, "seqlen": 128, "max_windows": 8}
@@ -143,7 +149,7 @@ def test_speed_scales_the_estimate() -> None:
     assert estimate_seconds(cfg, speed=fast) < estimate_seconds(cfg, speed=slow)
 
 
-# ---- the calibration rule (core.speed) on hand-made stored-run records, no timing ----------------
+# ---- the calibration rule (core.planning.speed) on hand-made stored-run records, no timing ----------------
 def _wall(cfg, rate: float, prune_s: float, dense_inline: bool = False) -> float:
     """The wall time a run of ``cfg`` takes at ``rate`` by the cost model."""
     shape = model_shape(cfg.model)

@@ -1,4 +1,4 @@
-"""Every model family the adapters cover, on its tiny random model (core.models.TINY_MODELS):
+"""Every model family the adapters cover, on its tiny random model (core.models.load.TINY_MODELS):
 geometry from the config alone, SliceGPT at s = 0 is the dense model, Wanda / SparseGPT masks
 have the exact sparsity and N:M, the attention-GD objective is the model's own attention and
 its gradient matches autograd (biases, q/k norms), save -> reload keeps the logits, and a
@@ -13,13 +13,11 @@ import pytest
 import torch
 
 from core.adapters import FAMILIES, adapter_for
-from core.attention import attention_probs
-from core.attention_compare import AttentionProbe, form
-from core.cli import main
-from core.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig
+from core.cli.main import main
 from core.errors import ConfigError, ModelLoadError
+from core.evaluation.attention_error import AttentionProbe, form
+from core.evaluation.attention_ops import attention_probs
 from core.families import family_support
-from core.geometry import Geometry
 from core.methods import make_method
 from core.methods.attention_gd import (
     GroupProblem,
@@ -29,10 +27,12 @@ from core.methods.attention_gd import (
 from core.methods.slicegpt import load_sliced, save_sliced, slice_model
 from core.methods.slicegpt.modules import PostNormWriter
 from core.methods.slicegpt.rotation import rotate_outputs
-from core.models import build_tiny_model, byte_tokenizer, load_model, tiny_config
-from core.runner import run_method
+from core.models.geometry import Geometry
+from core.models.load import build_tiny_model, byte_tokenizer, load_model, tiny_config
+from core.pruning.layerwise import run_method
 from core.runs.plan import plan_prune
-from core.store import RunStore
+from core.settings.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig
+from core.store.run_store import RunStore
 
 FAMILY_MODELS = [
     "tiny-llama",

@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from core.adapters import ROLES, ModelAdapter
-from core.apply import apply_prune
-from core.config import PruneConfig
-from core.device import resolve_dtype
-from core.models import LoadedModel, build_tiny_model
-from core.perplexity import evaluate_perplexity
-from core.runner import run_layerwise
+from core.evaluation.perplexity import evaluate_perplexity
+from core.machine.device import resolve_dtype
+from core.models.load import LoadedModel, build_tiny_model
+from core.pruning.apply import apply_prune
+from core.pruning.layerwise import run_layerwise
+from core.settings.config import PruneConfig
 
 CPU = torch.device("cpu")
 

@@ -1,4 +1,4 @@
-"""Packaged real models (core.gguf_models): found offline, converted once, refused clearly."""
+"""Packaged real models (core.models.gguf): found offline, converted once, refused clearly."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from core.errors import ModelLoadError
-from core.gguf_models import GGUF_MODELS, GGUFModel, converted_dir, gguf_path, gguf_spec
-from core.model_names import available_models, check_model_name
-from core.models import load_model
+from core.models.catalog import available_models, check_model_name
+from core.models.gguf import GGUF_MODELS, GGUFModel, converted_dir, gguf_path, gguf_spec
+from core.models.load import load_model
 
 GEMMA = "gemma3-270m"
 GEMMA_INSTALLED = importlib.util.find_spec(GGUF_MODELS[GEMMA].module) is not None

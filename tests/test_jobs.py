@@ -9,9 +9,11 @@ from io import BytesIO
 
 import pytest
 
-from core import fields, jobs, requests
+from core import jobs
 from core.errors import ConfigError, ModelLoadError
-from core.store import RunStore
+from core.settings import commands as fields
+from core.settings import request as requests
+from core.store.run_store import RunStore
 
 TINY = {
     "model": "tiny-llama",

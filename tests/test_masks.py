@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from core.errors import ConfigError
-from core.masks import (
+from core.pruning.masks import (
     check_sparsity,
     lowest_k_mask,
     nm_prune_mask,
@@ -16,7 +16,7 @@ from core.masks import (
     scope_dim,
     topk_prune_mask,
 )
-from core.patterns import parse_pattern
+from core.settings.patterns import parse_pattern
 
 
 def tied_scores(rows: int, cols: int, levels: int = 3, seed: int = 0) -> torch.Tensor:

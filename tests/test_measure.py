@@ -1,4 +1,4 @@
-"""The run's measurement setting (core.config.MEASURES): "full" keeps every run id from
+"""The run's measurement setting (core.settings.config.MEASURES): "full" keeps every run id from
 before the setting existed; "lean" skips the latency and the changed model's effective
 dimension, in the run, the estimate and the pages' tables."""
 
@@ -7,15 +7,16 @@ import math
 
 import pytest
 
-from core.cli import main
-from core.config import FULL, LEAN, CalibConfig, PruneConfig, RunConfig
-from core.cost import changed_model_flops, model_shape
+from core.analysis.tables import effdim_points
+from core.analysis.teaching import budget_points
+from core.cli.main import main
 from core.errors import ConfigError
-from core.estimate import estimate_seconds
-from core.requests import plan_request
+from core.names import FULL, LEAN
+from core.planning.cost import changed_model_flops, model_shape
+from core.planning.estimate import estimate_seconds
 from core.runs.plan import sweep_points
-from core.tables import effdim_points
-from core.teaching import budget_points
+from core.settings.config import CalibConfig, PruneConfig, RunConfig
+from core.settings.request import plan_request
 
 # Run ids computed on main at 97d5811, before ``measure`` existed: a default config must
 # keep them (every stored run stays found).

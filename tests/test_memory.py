@@ -1,4 +1,4 @@
-"""core.memory: the pruning phase's budget arithmetic and the glibc helpers (no-ops elsewhere)."""
+"""core.machine.process_memory: the pruning phase's budget arithmetic and the glibc helpers (no-ops elsewhere)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from core import memory
+from core.machine import process_memory as memory
 
 
 def test_phase_report_budget_and_margin() -> None:

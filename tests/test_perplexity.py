@@ -3,7 +3,7 @@ import math
 import torch
 
 from core.data import eval_windows
-from core.perplexity import evaluate_perplexity, window_nll
+from core.evaluation.perplexity import evaluate_perplexity, window_nll
 
 
 class FixedLM(torch.nn.Module):
@@ -50,7 +50,7 @@ def test_eval_windows_drop_remainder(tiny):
 
 
 def test_chunked_scoring_matches_full_logits(tiny, monkeypatch):
-    import core.perplexity as perplexity
+    import core.evaluation.perplexity as perplexity
 
     windows = torch.randint(0, 256, (3, 40), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from core.cli import main
-from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
+from core.cli.main import main
 from core.errors import ConfigError
 from core.runs import RunOptions, run_prune
+from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)
@@ -64,8 +64,8 @@ def test_export_reloads_with_same_perplexity(store, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from core.data import eval_windows, load_corpus
-    from core.models import byte_tokenizer
-    from core.perplexity import evaluate_perplexity
+    from core.evaluation.perplexity import evaluate_perplexity
+    from core.models.load import byte_tokenizer
 
     opts = RunOptions(save_dir=str(tmp_path / "m"))
     res = run_prune(MODEL, PruneConfig("wanda", 0.5), CALIB, EVAL, store, opts=opts)

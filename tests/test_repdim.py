@@ -7,10 +7,7 @@ import math
 import pytest
 import torch
 
-from core.errors import ConfigError
-from core.methods.slicegpt import slice_model
-from core.models import build_tiny_model
-from core.repdim import (
+from core.analysis.relation import (
     collect_residual_dims,
     effective_dims,
     effective_relation,
@@ -18,6 +15,9 @@ from core.repdim import (
     predicted_ppl,
     relation_fit,
 )
+from core.errors import ConfigError
+from core.methods.slicegpt import slice_model
+from core.models.load import build_tiny_model
 
 
 def random_ids(n: int, length: int, seed: int) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Paper A's relations on stored runs with intervals (core.repdim_report): window NLLs and item
+"""Paper A's relations on stored runs with intervals (core.analysis.sweep_report): window NLLs and item
 scores read back from the store, controls for the verdicts."""
 
 from __future__ import annotations
@@ -6,15 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.config import EvalConfig, ModelSpec, RunConfig
-from core.errors import StoreError
-from core.names import T_EVAL_WINDOWS, T_ZEROSHOT_ITEMS
-from core.repdim_report import (
+from core.analysis.sweep_report import (
     SweepPoint,
     accuracy_report,
     relation_report,
     window_nlls,
 )
+from core.errors import StoreError
+from core.names import T_EVAL_WINDOWS, T_ZEROSHOT_ITEMS
+from core.settings.config import EvalConfig, ModelSpec, RunConfig
 
 S = (0.1, 0.2, 0.3, 0.4)
 

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from core import fields, requests
-from core.cli import build_parser, field_values
+from core.cli.main import build_parser, field_values
 from core.errors import ConfigError
-from core.method_names import METHOD_NAMES
 from core.methods import available_methods
-from core.store import RunStore
+from core.names import METHOD_NAMES
+from core.settings import commands as fields
+from core.settings import request as requests
+from core.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 APP_PRUNE = {
@@ -166,12 +167,12 @@ def test_no_imports_inside_functions_except_optional_dependencies() -> None:
 # What the forms validate with: none of it may import torch or transformers (issue #18:
 # Home's first render paid 4-6 s for those imports). Checked in a fresh interpreter.
 LIGHT_MODULES = (
-    "core.config",
-    "core.fields",
-    "core.patterns",
-    "core.role_names",
-    "core.model_names",
-    "core.method_names",
+    "core.settings.config",
+    "core.settings.commands",
+    "core.settings.patterns",
+    "core.names",
+    "core.models.catalog",
+    "core.names",
 )
 
 

@@ -6,9 +6,9 @@ from torch import nn
 
 from core.adapters import ROLES, adapter_for, resolve_roles
 from core.errors import ConfigError, ModelLoadError
-from core.layer_inputs import capture_layer_inputs, forward_layer
-from core.models import TINY_MODELS, build_tiny_model
-from core.runner import run_layerwise
+from core.models.layer_inputs import capture_layer_inputs, forward_layer
+from core.models.load import TINY_MODELS, build_tiny_model
+from core.pruning.layerwise import run_layerwise
 
 
 def _ids(n=4, L=16, seed=0):
@@ -105,9 +105,9 @@ def test_model_without_separate_qk():
 
 def test_light_statistics_norms_and_sample(monkeypatch):
     """Light mode (Wanda/magnitude): exact column norms, an evenly strided token sample."""
-    import core.runner
+    import core.pruning.layerwise
 
-    monkeypatch.setattr(core.runner, "SAMPLE_ROWS", 16)
+    monkeypatch.setattr(core.pruning.layerwise, "SAMPLE_ROWS", 16)
     model = build_tiny_model("tiny-llama").eval()
     adapter = adapter_for(model)
     ids = _ids(4, 16)  # 64 tokens -> stride 4 -> 16 sampled rows

@@ -65,7 +65,12 @@ def test_page_modules_leave_out_the_pages_and_repeat_nothing(tmp_path: Path) -> 
 def test_the_app_pages_warm_the_heavy_libraries() -> None:
     """What the pages import really is what makes a first page slow (not a fixed list)."""
     names = serve.page_modules([serve.APP, *sorted((serve.ROOT / "pages").glob("*.py"))])
-    assert {"core.requests", "core.estimate", "core.figures", "core.attention_maps"} <= set(names)
+    assert {
+        "core.settings.request",
+        "core.planning.estimate",
+        "core.figures",
+        "core.evaluation.attention_maps",
+    } <= set(names)
     assert not [n for n in names if n.startswith("pages")]
 
 

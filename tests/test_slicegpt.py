@@ -25,7 +25,7 @@ from core.methods.slicegpt import (
 from core.methods.slicegpt.folding import center_embeddings, untie_head
 from core.methods.slicegpt.modules import SlicedDecoderLayer
 from core.methods.slicegpt.rotation import pca_basis
-from core.models import build_tiny_model
+from core.models.load import build_tiny_model
 
 TEXT = (
     "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
@@ -366,7 +366,7 @@ def test_registered_as_structured_method() -> None:
 # ---- real model ----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_smollm2_s0_reproduces_dense_logits() -> None:
-    from core.models import load_model
+    from core.models.load import load_model
 
     try:
         loaded = load_model("smollm2-135m")

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from core.cli import main
-from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
+from core.cli.main import main
 from core.errors import ConfigError
 from core.runs import effdim_report, run_prune, run_slice, run_sweep
+from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)

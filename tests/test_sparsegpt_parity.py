@@ -15,10 +15,10 @@ import torch
 
 from core.adapters import ROLES, adapter_for
 from core.errors import ConfigError
-from core.masks import prune_count
 from core.methods.sparsegpt import SparseGPT, SparseGPTOptions, block_mask, sparsegpt_prune
-from core.models import build_tiny_model
-from core.runner import run_layerwise, run_method
+from core.models.load import build_tiny_model
+from core.pruning.layerwise import run_layerwise, run_method
+from core.pruning.masks import prune_count
 
 
 def make_problem(seed: int, out: int = 48, d_in: int = 96, tokens: int = 384):

@@ -3,9 +3,9 @@ import json
 import pytest
 import torch
 
-from core.config import EvalConfig, ModelSpec, RunConfig
 from core.errors import StoreError
-from core.store import RunStore
+from core.settings.config import EvalConfig, ModelSpec, RunConfig
+from core.store.run_store import RunStore
 
 
 def _cfg(seqlen=8):

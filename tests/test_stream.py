@@ -7,14 +7,14 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from core.adapters import ModelAdapter, adapter_for
-from core.apply import apply_prune
-from core.config import PruneConfig
 from core.errors import ConfigError
-from core.layer_inputs import linear_inputs
+from core.evaluation.perplexity import evaluate_perplexity, layerwise_perplexity
 from core.methods.slicegpt import load_sliced
-from core.models import LoadedModel, build_tiny_model, byte_tokenizer
-from core.offload import Offload
-from core.perplexity import evaluate_perplexity, layerwise_perplexity
+from core.models.layer_inputs import linear_inputs
+from core.models.load import LoadedModel, build_tiny_model, byte_tokenizer
+from core.models.offload import Offload
+from core.pruning.apply import apply_prune
+from core.settings.config import PruneConfig
 from core.stream.pipeline import open_streamed, perplexity_streamed, prune_streamed
 from core.stream.residency import materialised
 
@@ -71,7 +71,11 @@ def test_streamed_dense_perplexity_is_identical_and_holds_one_layer(source):
     win = _ids(6, seed=1)
     ref = evaluate_perplexity(build_tiny_model("tiny-llama").eval(), win, 4)
     got, peak = perplexity_streamed(source, win, 4, activations_on_cpu=True)
-    assert got.window_nll == ref.window_nll
+    # Not bit for bit: the streamed walk runs each decoder layer on its own (layer by layer,
+    # activations moved to the CPU between units) while the reference runs the whole model in
+    # one forward, so the kernels may block the same sums differently (seen: 5e-8 relative on
+    # an AVX-512 CPU). 1e-6 relative is ~10 float32 ulps of an NLL near 5.
+    assert got.window_nll == pytest.approx(ref.window_nll, rel=1e-6)
     sizes = _unit_sizes(build_tiny_model("tiny-llama"))
     assert peak == max(sizes.values()) == sizes["layer0"]  # one decoder layer, never two
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from core.cli import main
-from core.config import ModelSpec, RunConfig
-from core.models import build_tiny_model, byte_tokenizer
-from core.store import RunStore
+from core.cli.main import main
+from core.models.load import build_tiny_model, byte_tokenizer
+from core.settings.config import ModelSpec, RunConfig
+from core.store.run_store import RunStore
 
 COMPARED = ("ppl", "nll", "dense_ppl", "n_tokens", "kept_params")
 SPARSITY = ("achieved_sparsity", "decoder_sparsity")

@@ -11,15 +11,22 @@ import time
 import pytest
 from sweep_helpers import start_killer
 
-from core.cli import main
-from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig, RunConfig
+from core.cli.main import main
 from core.errors import ConfigError, StoreError, SweepError
-from core.executors import LocalExecutor, make_executor, pack_runs, unpack_runs
-from core.heartbeat import STALE_S, Heartbeat, run_alive
 from core.runs import plan_prune, plan_slice
-from core.store import RunStore
-from core.sweep_grid import SweepSpec, resolve_grid
-from core.sweeps import run_sweep_grid, sweep_table, table_records
+from core.settings.config import (
+    CalibConfig,
+    DataSpec,
+    EvalConfig,
+    ModelSpec,
+    PruneConfig,
+    RunConfig,
+)
+from core.store.heartbeat import STALE_S, Heartbeat, run_alive
+from core.store.run_store import RunStore
+from core.sweeps.executors import LocalExecutor, make_executor, pack_runs, unpack_runs
+from core.sweeps.grid import SweepSpec, resolve_grid
+from core.sweeps.orchestrate import run_sweep_grid, sweep_table, table_records
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)
@@ -217,7 +224,7 @@ def test_cli_sweep_of_two_methods_and_resume(store_root, capsys, tiny_flags):
 
 
 def test_failed_point_is_reported_and_the_rest_stored(store, monkeypatch):
-    import core.executors as ex
+    import core.sweeps.executors as ex
 
     real = ex.run_config
 

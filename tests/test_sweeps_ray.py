@@ -5,11 +5,11 @@ retried with nothing lost or duplicated."""
 import pytest
 from sweep_helpers import start_killer
 
-from core.config import CalibConfig, DataSpec, EvalConfig, ModelSpec
-from core.executors import LocalExecutor, RayExecutor
-from core.store import RunStore
-from core.sweep_grid import SweepSpec
-from core.sweeps import run_sweep_grid
+from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec
+from core.store.run_store import RunStore
+from core.sweeps.executors import LocalExecutor, RayExecutor
+from core.sweeps.grid import SweepSpec
+from core.sweeps.orchestrate import run_sweep_grid
 
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")

@@ -1,10 +1,10 @@
-"""Joins that pages show as tables (core.tables), on hand-written stored runs."""
+"""Joins that pages show as tables (core.analysis.tables), on hand-written stored runs."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.tables import DENSE_ACC, accuracy_beside_dense
+from core.analysis.tables import DENSE_ACC, accuracy_beside_dense
 
 
 def test_accuracy_is_joined_with_the_dense_runs_by_task(store, accuracy_runs) -> None:

@@ -1,4 +1,4 @@
-"""The teaching views' numbers (core.teaching) and the controls' curves: the relation read at
+"""The teaching views' numbers (core.analysis.teaching) and the controls' curves: the relation read at
 any s beside the nearest measured point, runs placed by what they keep, a winner only with
 intervals, and GD paths that look as the assumption says (quadratic) or does not (x⁴,
 |x − ½|^{3/2})."""
@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+from core.analysis.teaching import budget_points, matched_summary, slice_point
 from core.methods.attention_gd.controls import control_trajectories
-from core.teaching import budget_points, matched_summary, slice_point
 
 SWEEP = pd.DataFrame(
     {

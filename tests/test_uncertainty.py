@@ -1,4 +1,4 @@
-"""Intervals and verdicts of Paper A's relations (core.uncertainty), with controls: data made by
+"""Intervals and verdicts of Paper A's relations (core.analysis.uncertainty), with controls: data made by
 the relation must read "supported", data made against it "contradicted", too little data
 "inconclusive"."""
 
@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.errors import ConfigError
-from core.uncertainty import (
+from core.analysis.uncertainty import (
     Interval,
     accuracy_intervals,
     accuracy_verdict,
@@ -19,6 +18,7 @@ from core.uncertainty import (
     relation_intervals,
     relation_verdict,
 )
+from core.errors import ConfigError
 
 S = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
 

@@ -10,9 +10,11 @@ import math
 import pytest
 import torch
 
-from core import zeroshot as zs
-from core.cli import main
-from core.config import (
+from core.analysis.relation import accuracy_relation
+from core.cli.main import main
+from core.errors import ConfigError, DataError
+from core.evaluation import accuracy as zs
+from core.settings.config import (
     CalibConfig,
     DataSpec,
     EvalConfig,
@@ -21,8 +23,6 @@ from core.config import (
     RunConfig,
     ZeroShotConfig,
 )
-from core.errors import ConfigError, DataError
-from core.repdim import accuracy_relation
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=2)
@@ -249,8 +249,8 @@ def test_evaluate_zeroshot_scores_every_task(tiny, task_dir):
 
 # ---- runs ------------------------------------------------------------------------------------
 def test_run_config_round_trips_with_the_same_id():
-    from core.config import zeroshot_dict
     from core.runs import plan_prune
+    from core.settings.config import zeroshot_dict
 
     cfg = plan_prune(
         MODEL, PruneConfig("sparsegpt", 0.5, "2:4"), CALIB, EVAL, ZeroShotConfig(("piqa",), 5, "/x")

@@ -15,7 +15,7 @@ from core.adapters.registry import (
 )
 from core.adapters.roles import RowSlice
 from core.adapters.traits import NORM_KINDS, Traits
-from core.role_names import ROLE_GROUPS, ROLES, SHARED_INPUT, resolve_roles
+from core.names import ROLE_GROUPS, ROLES, SHARED_INPUT, resolve_roles
 
 __all__ = [
     "FAMILIES",

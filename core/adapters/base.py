@@ -32,7 +32,7 @@ from core.adapters.layout import LLAMA, Layout
 from core.adapters.roles import RowSlice
 from core.adapters.traits import Traits
 from core.errors import ModelLoadError
-from core.role_names import ROLES
+from core.names import ROLES
 
 
 def _get(obj: object, paths: str) -> Any:
@@ -238,7 +238,7 @@ class ModelAdapter:
         return None
 
     def attention_form(self, index: int) -> dict[str, Any]:
-        """What layer ``index`` adds to q·kᵀ/√d_h, as ``core.attention.QKForm`` fields: q/k
+        """What layer ``index`` adds to q·kᵀ/√d_h, as ``core.evaluation.attention_ops.QKForm`` fields: q/k
         biases, q/k norm gains and ε, the scale and the sliding window."""
         layer = self.layers[index]
         lin = self.linears(layer, ("q", "k"))

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.role_names import ROLES
+from core.names import ROLES
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A linear role's view inside a fused projection (the role names: ``core.role_names``).
+"""A linear role's view inside a fused projection (the role names: ``core.names``).
 
 Families that fuse projections (Phi-3's qkv_proj and gate_up_proj) expose each role as a
 ``RowSlice``: a view of the fused weight's rows, so a method edits it in place exactly as a

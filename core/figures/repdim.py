@@ -213,7 +213,7 @@ DIM_KEY = re.compile(r"^(eff_?dim_)?(mean_|final_)?(pca\d+|erank|erank_sv|erank_
 
 
 def is_dim_key(name: str) -> bool:
-    """Whether a metric / column names an effective dimension: core.repdim's pca99, pca90,
+    """Whether a metric / column names an effective dimension: core.analysis.relation's pca99, pca90,
     erank, erank_sv and erank_c, optionally prefixed mean_ / final_ and effdim_ (run metrics)."""
     return str(name).startswith("eff_dim") or bool(DIM_KEY.match(str(name)))
 
@@ -250,7 +250,7 @@ BUDGET_AXIS = {
 
 
 def budget_chart(points: pd.DataFrame, budget: str = "kept_params") -> go.Figure:
-    """Perplexity against what a run keeps (core.budget), one line per series, log-y, with
+    """Perplexity against what a run keeps (core.analysis.budget), one line per series, log-y, with
     95% error bars where ppl_lo / ppl_hi are given; the x axis runs from dense (1) down.
 
     points columns: series, ``budget``, ppl[, ppl_lo, ppl_hi].

@@ -1,5 +1,5 @@
 """A sweep's curves: perplexity (and zero-shot accuracy) against sparsity per method, with
-the spread over calibration seeds, from ``core.sweeps.sweep_table`` rows."""
+the spread over calibration seeds, from ``core.sweeps.orchestrate.sweep_table`` rows."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import plotly.graph_objects as go
 
 from core.figures.style import LOG_AXIS, empty_figure, layout, level, series_colors
 
-DENSE = "dense"  # core.sweeps.DENSE, the dense baseline's row (figures stay free of torch)
+DENSE = (
+    "dense"  # core.sweeps.orchestrate.DENSE, the dense baseline's row (figures stay free of torch)
+)
 
 
 def series_label(row: pd.Series) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.errors import ConfigError
 from core.jobs.records import config_path, job_path, log_path, model_dir
-from core.store import RunStore
+from core.store.run_store import RunStore
 
 
 def save_corpus(store: RunStore, name: str, data: bytes, limit_mb: int) -> str:

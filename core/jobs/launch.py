@@ -1,4 +1,4 @@
-"""Start and cancel background jobs: the app plans a run (``core.requests``), writes the
+"""Start and cancel background jobs: the app plans a run (``core.settings.request``), writes the
 resolved RunConfig as JSON and runs ``python -m core run --config FILE`` in a subprocess
 (the CLI's code path, clean cancel, GPU memory freed when it ends).
 
@@ -34,8 +34,8 @@ from core.jobs.records import (
     write_job,
 )
 from core.names import PRUNED_KINDS
-from core.requests import plan_request
-from core.store import RunStore
+from core.settings.request import plan_request
+from core.store.run_store import RunStore
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from core.errors import PruneScopeError
 from core.jobs.launch import PROJECT_ROOT, cancel, start_job
 from core.jobs.records import CHILDREN, alive, send_signal
 from core.jobs.status import FINISHED, JobStatus, job_status
-from core.store import RunStore
+from core.store.run_store import RunStore
 
 log = logging.getLogger(__name__)
 

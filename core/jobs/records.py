@@ -3,7 +3,7 @@
 <root>/progress/<job>.job.json     command, run id, pid, host, start time, cancel request
 <root>/progress/<job>.config.json  the resolved RunConfig the job executes
 <root>/progress/<job>.log          the job's stdout and stderr
-<root>/progress/<run>.jsonl        progress events written by each run (core.store)
+<root>/progress/<run>.jsonl        progress events written by each run (core.store.run_store)
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from core.store import RunStore, pid_alive
+from core.store.run_store import RunStore, pid_alive
 
 # Popen objects of the jobs this process started; polled so finished children are reaped
 # (a zombie still answers kill(pid, 0) and would look alive to the store).

@@ -14,7 +14,7 @@ from typing import Any
 from core.errors import StoreError
 from core.jobs.launch import escalate
 from core.jobs.records import alive, log_path, read_job
-from core.store import RunRecord, RunStore
+from core.store.run_store import RunRecord, RunStore
 
 FINISHED = ("done", "failed", "cancelled", "interrupted")
 

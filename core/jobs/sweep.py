@@ -22,17 +22,17 @@ from typing import Any
 
 import pandas as pd
 
-from core.config import RunConfig
 from core.errors import StoreError
-from core.estimate import estimate_many
 from core.jobs.launch import escalate, launch_process
 from core.jobs.records import alive, log_path, read_job
 from core.jobs.status import log_error, log_result
 from core.names import PRUNED_KINDS
-from core.requests import sweep_spec, to_argv
-from core.store import RunStore
-from core.sweep_grid import resolve_grid
-from core.sweeps import CELL_STATES, sweep_table
+from core.planning.estimate import estimate_many
+from core.settings.config import RunConfig
+from core.settings.request import sweep_spec, to_argv
+from core.store.run_store import RunStore
+from core.sweeps.grid import resolve_grid
+from core.sweeps.orchestrate import CELL_STATES, sweep_table
 
 RUNNING = "running"
 # What a cell of the live grid shows: the grid's event states, and "running" for the point
@@ -69,7 +69,7 @@ class SweepPlan:
     """A planned grid: its configurations (dense baselines first) and estimated duration."""
 
     configs: list[RunConfig]
-    seconds: float  # estimate for the points the store lacks (core.estimate)
+    seconds: float  # estimate for the points the store lacks (core.planning.estimate)
     argv: list[str]  # the CLI line that runs it
 
     @property
@@ -189,7 +189,7 @@ def cell_grid(cells: pd.DataFrame, names: dict[str, str] | None = None) -> pd.Da
 
 
 def grid_table(store: RunStore, run_ids: list[str]) -> pd.DataFrame:
-    """core.sweeps.sweep_table over the grid's finished runs (a partial grid draws too)."""
+    """core.sweeps.orchestrate.sweep_table over the grid's finished runs (a partial grid draws too)."""
     runs = []
     for run_id in run_ids:
         try:

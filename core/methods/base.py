@@ -1,6 +1,6 @@
 """The contract between the shared layer-wise runner and every pruning method.
 
-The runner (``core.runner``) walks the decoder layers one at a time. For each layer it
+The runner (``core.pruning.layerwise``) walks the decoder layers one at a time. For each layer it
 collects the statistics a method asks for on the calibration inputs, hands the method a
 ``LayerContext``, lets it edit the layer's weights in place, and then re-runs the layer to
 produce the inputs of the next one (Wanda / SparseGPT "sequential" calibration).
@@ -109,7 +109,7 @@ class ApplyPlan:
 
     sparsity: the run's target (SliceGPT: the slicing fraction s). roles: the linears to
     prune. layer_sparsity: per decoder layer, role -> target after allocation (uniform or
-    OWL). runner: the shared layer-wise runner (``core.runner.run_method``), handed in by the
+    OWL). runner: the shared layer-wise runner (``core.pruning.layerwise.run_method``), handed in by the
     run so that methods never import it. runner_kw: its keyword options (activations_on_cpu).
     """
 
@@ -166,7 +166,7 @@ class Method:
 
     def refusal(self, geometry: Any, calib_seqlen: int | None = None) -> str | None:
         """Why this method cannot run on the model ``geometry`` describes (a
-        ``core.geometry.Geometry``: shapes and family traits read from the config alone), or
+        ``core.models.geometry.Geometry``: shapes and family traits read from the config alone), or
         None when it can. Run planning turns a reason into one ConfigError before any weight
         is loaded; ``python -m core methods`` lists it per family. None by default."""
         return None

@@ -23,10 +23,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.field import option
-from core.masks import SCOPES, check_sparsity, scope_dim, score_mask
 from core.methods.base import LayerContext, LinearReport, LinearStats, Method
-from core.patterns import parse_pattern
+from core.names import SCOPES
+from core.pruning.masks import check_sparsity, scope_dim, score_mask
+from core.settings.field import option
+from core.settings.patterns import parse_pattern
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +161,7 @@ class ScopedOptions:
 
 class ScoreMethod(LinearwiseMethod):
     """Methods that score every weight and zero the lowest, keeping the rest unchanged: one
-    selection rule (``core.masks.score_mask``) over each method's own scores."""
+    selection rule (``core.pruning.masks.score_mask``) over each method's own scores."""
 
     options: ScopedOptions
     needs_gram = False  # column norms + a token sample suffice (no O(in²) Gram products)

@@ -39,10 +39,10 @@ from typing import Any
 import torch
 
 from core.errors import ConfigError, NumericalError
-from core.field import option
-from core.masks import check_nm, check_sparsity, lowest_k_mask, nm_prune_mask, prune_count
 from core.methods import register
 from core.methods.linear import LinearwiseMethod, PrunedWeight, WeightJob
+from core.pruning.masks import check_nm, check_sparsity, lowest_k_mask, nm_prune_mask, prune_count
+from core.settings.field import option
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Score S_ij = |W_ij| · ‖X_j‖₂ (paper Eq. 1), X_j being input feature j over all calibration
 tokens. Scores are compared within each output row and the lowest ⌊p·C_in⌋ are zeroed; the
 kept weights are not updated (papers.md §4). A mask outside a run is
-``core.masks.score_mask(wanda_scores(W, col_sq_norms), sparsity, scope, nm)``.
+``core.pruning.masks.score_mask(wanda_scores(W, col_sq_norms), sparsity, scope, nm)``.
 """
 
 from __future__ import annotations

@@ -20,12 +20,11 @@ from typing import Any
 
 import torch
 
-from core.config import RunConfig
-from core.environment import environment_record
-from core.memory import peak_rss_mb, proc_status_mb, release_freed, touch_weights
-from core.models import LoadedModel
+from core.evaluation.perplexity import evaluate_perplexity
+from core.machine.environment import environment_record
+from core.machine.process_memory import peak_rss_mb, proc_status_mb, release_freed, touch_weights
+from core.models.load import LoadedModel
 from core.names import EFFDIM_PREFIX, T_EFFDIM, T_EVAL_WINDOWS
-from core.perplexity import evaluate_perplexity
 from core.progress import ProgressFn, report
 from core.runs.dense import execute_eval
 from core.runs.measure import forward_latency_ms, nonzero_params, residual_effdim
@@ -33,7 +32,8 @@ from core.runs.plan import plan_eval
 from core.runs.resources import effdim_windows, get_calib_windows, get_eval_windows, get_model
 from core.runs.store_access import result, reusable, tee, writing
 from core.runs.zeroshot import dense_zeroshot, pruned_zeroshot
-from core.store import RunStore, RunWriter
+from core.settings.config import RunConfig
+from core.store.run_store import RunStore, RunWriter
 
 
 @dataclass
@@ -47,7 +47,7 @@ class RunOptions:
 
 
 # What every run kind's executor is: (resolved config, store, progress, options) -> result.
-Executor = Callable[[RunConfig, RunStore, ProgressFn | None, RunOptions], dict[str, Any]]
+KindRunner = Callable[[RunConfig, RunStore, ProgressFn | None, RunOptions], dict[str, Any]]
 
 
 @dataclass
@@ -105,7 +105,7 @@ def prologue(
 
 
 def _latency(p: Prologue) -> dict[str, float]:
-    """Forward time of one window after the change beside the time before (core.budget)."""
+    """Forward time of one window after the change beside the time before (core.analysis.budget)."""
     latency = forward_latency_ms(p.lm.model, p.cfg.eval.seqlen, p.device)
     ratio = latency / p.latency_ms_dense
     return {"latency_ms_dense": p.latency_ms_dense, "latency_ms": latency, "latency": ratio}
@@ -134,7 +134,7 @@ def epilogue(p: Prologue, own: dict[str, Any], save: Callable[[str], str], save_
         "n_tokens": pruned.n_tokens,
         "eval_tokens_per_s": pruned.tokens_per_s,
         **({} if p.cfg.lean else _latency(p)),
-        # what the run keeps, for comparisons at matched budgets (core.budget)
+        # what the run keeps, for comparisons at matched budgets (core.analysis.budget)
         "kept_params": nonzero_params(p.lm.model) / n_dense,
         **own,
         **({} if p.cfg.lean else _effdim(p)),
@@ -172,7 +172,7 @@ def run_changed_model(
 
 def changed_model_kind(
     change: Callable[[Prologue], dict[str, Any]], save: Callable[[LoadedModel, str], str]
-) -> Executor:
+) -> KindRunner:
     """The executor of a kind that changes a private copy of the model with ``change`` and
     saves it with ``save``: ``run_changed_model`` with the kind's two steps bound."""
     return partial(run_changed_model, change=change, save=save)

@@ -6,18 +6,18 @@ from typing import Any
 
 import torch
 
-from core.config import RunConfig
-from core.device_memory import oom_as_error, peak_report, reset_peak
-from core.environment import environment_record
-from core.models import LoadedModel
+from core.evaluation.perplexity import evaluate_perplexity
+from core.machine.environment import environment_record
+from core.machine.gpu_memory import oom_as_error, peak_report, reset_peak
+from core.models.load import LoadedModel
 from core.names import EFFDIM_PREFIX, T_EFFDIM, T_EVAL_WINDOWS
-from core.perplexity import evaluate_perplexity
 from core.progress import ProgressFn, report
 from core.runs.measure import residual_effdim
 from core.runs.resources import effdim_windows, get_eval_windows, get_model
 from core.runs.store_access import result, stored_or_wait, tee
 from core.runs.stream_model import streamed_lm, streamed_perplexity
-from core.store import RunStore
+from core.settings.config import RunConfig
+from core.store.run_store import RunStore
 
 
 def execute_eval(

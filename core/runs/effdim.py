@@ -1,15 +1,15 @@
 """The effective-dimension comparison across methods: for stored prune/slice runs, test
 Paper A's relation written with the effective dimension of the residual stream,
-PPL = PPL₀^(d_eff,dense / d_eff) (core.repdim.effective_relation)."""
+PPL = PPL₀^(d_eff,dense / d_eff) (core.analysis.relation.effective_relation)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from core.analysis.relation import effective_relation
 from core.errors import StoreError
 from core.names import EFFDIM_KEY, EFFDIM_PREFIX, PRUNED_KINDS
-from core.repdim import effective_relation
-from core.store import RunStore
+from core.store.run_store import RunStore
 
 SECONDARY_KEY = "mean_pca99"  # shown beside the pre-registered statistic, never fitted
 
@@ -18,7 +18,7 @@ def effdim_report(
     store: RunStore, run_ids: list[str] | None = None, key: str = EFFDIM_KEY
 ) -> dict[str, Any]:
     """Test PPL = PPL₀^(d_eff,dense/d_eff) on stored prune/slice runs, with d_eff the
-    statistic fixed in advance (core.effdim.PRIMARY; ``key`` only for tests of the report).
+    statistic fixed in advance (core.analysis.effdim.PRIMARY; ``key`` only for tests of the report).
     Each row carries the statistic's 95% interval and the secondary pca99.
 
     Runs are grouped by (model, evaluation config); PPL₀ and d_eff,dense come from the dense

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.config import RunConfig, zeroshot_from
 from core.errors import ConfigError
 from core.names import EVAL, PRUNE, SLICE, SWEEP, ZEROSHOT
 from core.progress import ProgressFn
-from core.runs.common import Executor, RunOptions
+from core.runs.common import KindRunner, RunOptions
 from core.runs.dense import execute_eval
 from core.runs.plan import check_run, plan_zeroshot
 from core.runs.prune import execute_prune
+from core.runs.relation_sweep import execute_sweep
 from core.runs.slice import execute_slice
-from core.runs.sweep import execute_sweep
 from core.runs.zeroshot import execute_zeroshot
-from core.store import RunStore
+from core.settings.config import RunConfig, zeroshot_from
+from core.store.run_store import RunStore
 
 
 def _eval(cfg: RunConfig, store: RunStore, progress, opts: RunOptions) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def _zeroshot(cfg: RunConfig, store: RunStore, progress, opts: RunOptions) -> di
     return execute_zeroshot(planned, src, store, progress, opts.force)
 
 
-KINDS: dict[str, Executor] = {
+KINDS: dict[str, KindRunner] = {
     EVAL: _eval,
     PRUNE: execute_prune,
     SLICE: execute_slice,

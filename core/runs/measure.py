@@ -15,14 +15,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.attention_compare import AttentionProbe
-from core.device_memory import peak_report, reset_peak
-from core.memory import peak_rss_mb, phase_report, release_freed, reset_peak_rss, tensor_mb
-from core.memory import weight_mb as model_weight_mb
+from core.analysis.relation import collect_residual_dims
+from core.evaluation.attention_error import AttentionProbe
+from core.machine.gpu_memory import peak_report, reset_peak
+from core.machine.process_memory import (
+    peak_rss_mb,
+    phase_report,
+    release_freed,
+    reset_peak_rss,
+    tensor_mb,
+)
+from core.machine.process_memory import weight_mb as model_weight_mb
 from core.methods import Method
-from core.models import LoadedModel
+from core.models.load import LoadedModel
 from core.progress import ProgressFn, report
-from core.repdim import collect_residual_dims
 
 QK_MAX_HIDDEN = 2048  # W_Q/W_K are stored for heatmaps up to this width (qk_arrays)
 
@@ -107,7 +113,7 @@ def memory_report(
     widths: int | None = None,
     device: torch.device | str = "cpu",
 ) -> dict[str, float]:
-    """The pruning phase's peak RSS beside its budget (core.memory): the process once the
+    """The pruning phase's peak RSS beside its budget (core.machine.process_memory): the process once the
     model is loaded with its weights resident + the calibration activations, float32 +
     analysis buffers kept on purpose (attention probes).
 
@@ -115,7 +121,7 @@ def memory_report(
     overwrites one buffer in place, plus the inputs a method keeps (``Method.needs_inputs``);
     the default 2·d is inputs and outputs of a layer (SliceGPT keeps both). On CUDA the
     phase's peak GPU memory (allocated and reserved) and the device's capacity are added
-    (``core.device_memory.peak_report``)."""
+    (``core.machine.gpu_memory.peak_report``)."""
     widths = 2 * lm.adapter.hidden_size if widths is None else widths
     act = calib_ids.numel() * widths * 4 / 2**20
     rss = phase_report(peak_rss_mb(), loaded_rss_mb, model_weight_mb(lm.model), act, analysis_mb)
@@ -132,7 +138,7 @@ def runner_widths(lm: LoadedModel, method: Method, roles: tuple[str, ...]) -> in
 def residual_effdim(
     lm: LoadedModel, windows: torch.Tensor, device: torch.device, progress: ProgressFn | None
 ) -> dict[str, Any]:
-    """Effective dimension of the residual stream on held-out windows (core.repdim)."""
+    """Effective dimension of the residual stream on held-out windows (core.analysis.relation)."""
     report(progress, "effdim", 0, 1, "effective dimension of the residual stream")
     res = collect_residual_dims(lm.adapter, windows, device)
     report(progress, "effdim", 1, 1)

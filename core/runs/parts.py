@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig, ZeroShotConfig
 from core.names import EVAL, SLICE, SWEEP
 from core.progress import ProgressFn
 from core.runs.common import RunOptions
 from core.runs.execute import KINDS
 from core.runs.plan import plan_eval, plan_prune, plan_sweep, require_kind
-from core.store import RunStore
+from core.settings.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig, ZeroShotConfig
+from core.store.run_store import RunStore
 
 
 def run_eval(

@@ -3,7 +3,7 @@
 Every entry point (CLI, app jobs, the Python API, ``execute``) plans a run here first: a
 method name and its options are checked, 'auto' device and dtype are resolved, and every
 size the run depends on is checked against the model's geometry read from its config
-alone (``core.geometry``): sequence lengths against the context, N:M against the input
+alone (``core.models.geometry``): sequence lengths against the context, N:M against the input
 widths of the targeted linears, SliceGPT's width against rounding and the head size. A bad
 configuration raises ConfigError (or ModelLoadError for a model that cannot exist) in
 seconds, without loading weights or evaluating a baseline.
@@ -16,8 +16,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from core.config import (
-    FULL,
+from core.errors import ConfigError, ModelLoadError, StoreError
+from core.methods import get_method, make_method
+from core.methods.slicegpt import sliced_width
+from core.models.geometry import Geometry, model_geometry
+from core.models.load import TINY_MODELS
+from core.names import FULL, MODEL_KINDS, PRUNE, ROLE_GROUPS, SLICE, SWEEP, ZEROSHOT, resolve_roles
+from core.runs.resources import resolve_model_spec
+from core.settings.config import (
     CalibConfig,
     EvalConfig,
     ModelSpec,
@@ -27,16 +33,8 @@ from core.config import (
     options_tuple,
     zeroshot_dict,
 )
-from core.errors import ConfigError, ModelLoadError, StoreError
-from core.geometry import Geometry, model_geometry
-from core.methods import get_method, make_method
-from core.methods.slicegpt import sliced_width
-from core.models import TINY_MODELS
-from core.names import MODEL_KINDS, PRUNE, SLICE, SWEEP, ZEROSHOT
-from core.patterns import parse_pattern
-from core.role_names import ROLE_GROUPS, resolve_roles
-from core.runs.resources import resolve_model_spec
-from core.store import RunStore
+from core.settings.patterns import parse_pattern
+from core.store.run_store import RunStore
 
 
 @lru_cache(maxsize=8)
@@ -195,7 +193,7 @@ def plan_prune(
     """The resolved config of a run applying ``prune.method``: kind 'prune' for layer-wise
     methods, the method's own kind ('slice' for SliceGPT) otherwise. Zero-shot settings
     enter the config only when given, so runs without keep their ids; so does ``measure``
-    (core.config.MEASURES) at its default."""
+    (core.settings.config.MEASURES) at its default."""
     model = resolve_model_spec(model)
     cfg = prune_run_config(model, prune, calib, eval_cfg, zeroshot, measure)
     check_run(cfg)

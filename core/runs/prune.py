@@ -11,12 +11,12 @@ from typing import Any
 import torch
 
 from core.adapters import resolve_roles
-from core.apply import apply_prune
-from core.attention_compare import AttentionProbe
-from core.attention_compare import summarize as summarize_attention
+from core.evaluation.attention_error import AttentionProbe
+from core.evaluation.attention_error import summarize as summarize_attention
 from core.methods import make_method
 from core.names import A_METHOD, A_QK, T_ALLOCATION, T_ATTENTION_ERRORS, T_LAYERS
 from core.progress import report
+from core.pruning.apply import apply_prune
 from core.runs.common import Prologue, changed_model_kind
 from core.runs.measure import (
     memory_report,
@@ -28,7 +28,7 @@ from core.runs.measure import (
     weight_sparsity,
 )
 from core.runs.streamed import StreamedStep, streamed_kind
-from core.store import RunWriter
+from core.store.run_store import RunWriter
 
 PROBE_WINDOWS = 2  # calibration / held-out windows the attention error is measured on
 

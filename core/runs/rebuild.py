@@ -9,17 +9,17 @@ import torch
 from transformers import AutoTokenizer
 
 from core.adapters import adapter_for, resolve_roles
-from core.apply import apply_prune
-from core.config import RunConfig
-from core.device import resolve_dtype
 from core.errors import StoreError
+from core.machine.device import resolve_dtype
 from core.methods.slicegpt import load_sliced
-from core.models import LoadedModel, load_model
+from core.models.load import LoadedModel, load_model
 from core.names import EVAL, SLICE
 from core.progress import ProgressFn, report
+from core.pruning.apply import apply_prune
 from core.runs.measure import weight_sparsity
 from core.runs.resources import get_calib_windows, get_model
-from core.store import RunStore
+from core.settings.config import RunConfig
+from core.store.run_store import RunStore
 
 
 def _load_sliced(src: RunConfig, folder: str, device: torch.device, dtype) -> LoadedModel:

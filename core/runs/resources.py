@@ -9,12 +9,12 @@ from typing import Any
 
 import torch
 
-from core.config import CalibConfig, EvalConfig, ModelSpec
+from core.analysis.effdim import windows_needed
 from core.data import calibration_windows, eval_windows, load_corpus
-from core.device import dtype_name, resolve_device, resolve_dtype
-from core.effdim import windows_needed
 from core.errors import ConfigError
-from core.models import LoadedModel, load_model
+from core.machine.device import dtype_name, resolve_device, resolve_dtype
+from core.models.load import LoadedModel, load_model
+from core.settings.config import CalibConfig, EvalConfig, ModelSpec
 
 _PRISTINE: dict[tuple, LoadedModel] = {}  # at most one entry: a new model evicts the old one
 _WINDOW_CACHE: dict[tuple, tuple[torch.Tensor, dict[str, Any]]] = {}

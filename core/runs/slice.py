@@ -9,14 +9,14 @@ from typing import Any
 
 import torch
 
-from core.apply import apply_prune
 from core.methods.slicegpt import save_sliced
-from core.models import LoadedModel
+from core.models.load import LoadedModel
 from core.names import A_SPECTRA, T_BOUNDARIES
+from core.pruning.apply import apply_prune
 from core.runs.common import Prologue, changed_model_kind
 from core.runs.measure import memory_report, start_phase, writing_folder
 from core.runs.streamed import StreamedStep, streamed_kind
-from core.store import RunWriter
+from core.store.run_store import RunWriter
 
 
 def _record(writer: RunWriter, rep: Any, seconds: float, memory: dict) -> dict[str, Any]:

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from core.config import RunConfig
-from core.device_memory import oom_as_error
 from core.errors import StoreError
+from core.machine.gpu_memory import oom_as_error
 from core.progress import ProgressFn, report
-from core.store import RunStore, RunWriter
+from core.settings.config import RunConfig
+from core.store.run_store import RunStore, RunWriter
 
 
 def result(cfg: RunConfig, metrics: dict[str, Any], cached: bool = False) -> dict[str, Any]:

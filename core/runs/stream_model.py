@@ -15,13 +15,13 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from core.config import ModelSpec
-from core.device import resolve_dtype
 from core.errors import ModelLoadError
-from core.models import LoadedModel
-from core.perplexity import PerplexityResult
+from core.evaluation.perplexity import PerplexityResult
+from core.machine.device import resolve_dtype
+from core.models.load import LoadedModel
 from core.progress import ProgressFn
 from core.runs.measure import QK_MAX_HIDDEN, layer_qk, layer_zeros, sparsity_of
+from core.settings.config import ModelSpec
 from core.stream.pipeline import model_folder, open_streamed, perplexity_streamed
 
 

@@ -24,20 +24,20 @@ from typing import Any
 import torch
 
 from core.adapters import resolve_roles
-from core.config import RunConfig
-from core.environment import environment_record
-from core.memory import peak_rss_mb, proc_status_mb, release_freed
-from core.models import LoadedModel
+from core.machine.environment import environment_record
+from core.machine.process_memory import peak_rss_mb, proc_status_mb, release_freed
+from core.models.load import LoadedModel
 from core.names import A_QK, PRUNE, T_EVAL_WINDOWS
 from core.progress import ProgressFn, report
-from core.runs.common import Executor, RunOptions
+from core.runs.common import KindRunner, RunOptions
 from core.runs.dense import execute_eval
 from core.runs.measure import start_phase
 from core.runs.plan import plan_eval
 from core.runs.resources import get_calib_windows, get_eval_windows
 from core.runs.store_access import result, reusable, tee, writing
 from core.runs.stream_model import folder_measures, run_dtype, streamed_lm, streamed_perplexity
-from core.store import RunStore, RunWriter
+from core.settings.config import RunConfig
+from core.store.run_store import RunStore, RunWriter
 from core.stream.pipeline import StreamedRun, prune_streamed
 
 MODEL_DIR = "model"  # the changed model, inside the run's folder
@@ -144,7 +144,7 @@ def _move(folder: Path, save_dir: str) -> str:
     return str(dest)
 
 
-def streamed_kind(in_memory: Executor, record: Record) -> Executor:
+def streamed_kind(in_memory: KindRunner, record: Record) -> KindRunner:
     """The executor of a kind that runs ``in_memory`` unless the model is streamed."""
 
     def execute(

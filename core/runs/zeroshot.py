@@ -1,4 +1,4 @@
-"""The 'zeroshot' run kind: zero-shot accuracy (lm-eval scoring, core.zeroshot) of a dense
+"""The 'zeroshot' run kind: zero-shot accuracy (lm-eval scoring, core.evaluation.accuracy) of a dense
 model or of a stored run's model, and the accuracy prune/slice runs record beside perplexity.
 """
 
@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.config import ModelSpec, RunConfig, ZeroShotConfig, zeroshot_from
-from core.environment import environment_record
-from core.models import LoadedModel
+from core.evaluation.accuracy import evaluate_zeroshot, summary_row
+from core.machine.environment import environment_record
+from core.models.load import LoadedModel
 from core.names import T_ZEROSHOT, T_ZEROSHOT_ITEMS
 from core.progress import ProgressFn, report
 from core.runs.plan import plan_zeroshot
 from core.runs.rebuild import model_of_run
 from core.runs.resources import get_model
 from core.runs.store_access import result, stored_or_wait, tee
-from core.store import RunStore, RunWriter
-from core.zeroshot import evaluate_zeroshot, summary_row
+from core.settings.config import ModelSpec, RunConfig, ZeroShotConfig, zeroshot_from
+from core.store.run_store import RunStore, RunWriter
 
 
 def _store_accuracy(res: dict[str, Any], writer: RunWriter) -> dict[str, Any]:

@@ -26,14 +26,14 @@ from huggingface_hub import snapshot_download
 from transformers import AutoConfig
 
 from core.adapters import adapter_for, family_traits
-from core.apply import apply_prune
-from core.config import PruneConfig
 from core.errors import ConfigError, ModelLoadError
-from core.gguf_models import GGUF_MODELS, gguf_folder
+from core.evaluation.perplexity import PerplexityResult, layerwise_perplexity
 from core.methods.slicegpt import SLICING_FILE, is_sliced
-from core.models import TINY_MODELS, LoadedModel
-from core.perplexity import PerplexityResult, layerwise_perplexity
+from core.models.gguf import GGUF_MODELS, gguf_folder
+from core.models.load import TINY_MODELS, LoadedModel
 from core.progress import ProgressFn
+from core.pruning.apply import apply_prune
+from core.settings.config import PruneConfig
 from core.stream.residency import StreamedOffload, skeleton
 from core.stream.weights import INDEX_FILE, SHARD_BYTES, SINGLE_FILE, LazyWeights, ShardWriter
 

@@ -19,9 +19,9 @@ from accelerate import init_empty_weights
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from core.memory import trim_heap
+from core.machine.process_memory import trim_heap
 from core.methods.slicegpt import SLICING_FILE, SliceSpec, apply_structure
-from core.offload import Offload
+from core.models.offload import Offload
 from core.stream.weights import LazyWeights, ShardWriter
 
 

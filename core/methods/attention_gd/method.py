@@ -17,9 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from core.attention import rope_tables
 from core.errors import ConfigError, ModelLoadError
-from core.masks import check_sparsity, scope_dim, score_mask, topk_prune_mask
+from core.evaluation.attention_ops import rope_tables
 from core.methods import get_method, register
 from core.methods.attention_gd.bound import lipschitz_upper_bound, spectral_norms
 from core.methods.attention_gd.diagnostics import check_assumptions
@@ -39,6 +38,7 @@ from core.methods.attention_gd.options import (
 from core.methods.base import LayerContext, LinearReport, Method
 from core.methods.linear import relative_reconstruction_error
 from core.methods.wanda import wanda_scores
+from core.pruning.masks import check_sparsity, scope_dim, score_mask, topk_prune_mask
 
 log = logging.getLogger(__name__)
 # Tables every attention-gd run writes (pages import these names).
@@ -58,7 +58,7 @@ def mask_scores(M: Tensor, W: Tensor, rule: str) -> Tensor:
 
 def binarize(scores: Tensor, sparsity: float, scope: str) -> Tensor:
     """Bool keep mask (out, in) with exactly ⌊sparsity·n⌋ False per row ("row") or per matrix
-    ("matrix"); among equal scores the lower index is pruned first (stable sort, core.masks)."""
+    ("matrix"); among equal scores the lower index is pruned first (stable sort, core.pruning.masks)."""
     return ~topk_prune_mask(scores, check_sparsity(sparsity), scope_dim(scope))
 
 

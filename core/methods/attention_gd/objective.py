@@ -32,7 +32,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from core.attention import (
+from core.evaluation.attention_ops import (
     apply_rope,
     causal_mask,
     compute_dtype,
@@ -250,7 +250,7 @@ class GroupProblem:
     def reference_loss_and_grad(self, Mq: Tensor, Mk: Tensor, lam: float) -> LossGrad:
         """Reference for ``loss_and_grad``: the loss written directly from the module
         docstring's formula (one sequence at a time, the dense targets recomputed, no fused
-        steps, the shared ``core.attention.head_attention`` forward) and differentiated by
+        steps, the shared ``core.evaluation.attention_ops.head_attention`` forward) and differentiated by
         torch.autograd. It shares only the cast inputs. Slow; tests and benchmarks."""
         Mq = Mq.detach().to(self.Wq.dtype).requires_grad_(True)
         Mk = Mk.detach().to(self.Wq.dtype).requires_grad_(True)

@@ -18,11 +18,11 @@ import torch
 from torch import Tensor
 
 from core.errors import ConfigError
-from core.masks import score_mask
 from core.methods.attention_gd.diagnostics import Run
 from core.methods.attention_gd.objective import GroupProblem, HeadExtras, LossGrad
 from core.methods.attention_gd.options import DTYPES, INITS, AttentionGDOptions
 from core.methods.wanda import wanda_scores
+from core.pruning.masks import score_mask
 
 log = logging.getLogger(__name__)
 MAX_HALVINGS = 40  # step-size halvings before a step is given up as numerically converged

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import torch
 
 from core.errors import ConfigError
-from core.field import option
-from core.masks import SCOPES
 from core.methods.linear import scope_option
+from core.names import SCOPES
+from core.settings.field import option
 
 STEP_RULES = ("auto", "backtracking", "fixed")
 INITS = ("ones", "magnitude", "wanda", "random", "wanda_mask")

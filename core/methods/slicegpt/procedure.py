@@ -53,8 +53,6 @@ import torch
 
 from core.adapters import ModelAdapter
 from core.errors import ConfigError
-from core.field import option
-from core.layer_inputs import capture_layer_inputs
 from core.methods.slicegpt.folding import (
     center_embeddings,
     center_stream,
@@ -79,8 +77,10 @@ from core.methods.slicegpt.rotation import (
     rotated_output,
     sliced_width,
 )
-from core.offload import Offload
+from core.models.layer_inputs import capture_layer_inputs
+from core.models.offload import Offload
 from core.progress import ProgressFn, report
+from core.settings.field import option
 
 log = logging.getLogger(__name__)
 

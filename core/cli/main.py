@@ -1,0 +1,266 @@
+"""PruneScope command line: evaluate, prune, slice and sweep models, and manage stored runs.
+
+Examples::
+
+    python -m core eval --model smollm2-135m --dataset wikitext2 --data-dir ../shared/data
+    python -m core prune --method wanda --sparsity 0.5 --pattern 2:4 --calib c4 --json
+    python -m core run --config job.json      # a resolved RunConfig (background jobs)
+    python -m core runs list
+
+The run commands' arguments come from the field table (``core.settings.commands``); their values go
+through ``core.settings.request`` to the same resolved config the app builds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import transformers
+
+from core.cli import sweep_command as cli_sweep
+from core.cli.output import TqdmProgress, print_human
+from core.errors import ConfigError, PruneScopeError
+from core.families import family_support, method_patterns
+from core.methods import available_methods, get_method
+from core.runs import RunOptions, effdim_report, execute
+from core.settings.commands import CHOICE, COMMANDS, FLAG, FLOAT, INT, LIST, Field
+from core.settings.config import RunConfig
+from core.settings.request import (
+    plan_request,
+    run_options,
+)
+from core.store.run_store import RunStore
+
+log = logging.getLogger("core.cli.main")
+
+HELP = {
+    "eval": "dense perplexity of a model on a corpus",
+    "prune": "prune a model and compare its perplexity with the dense one",
+    "slice": "SliceGPT: slice the representation dimension d to (1-s)d",
+    "sweep": "perplexity against d' over a grid of s, with Paper A's relation",
+    "zeroshot": "zero-shot accuracy (lm-eval scoring) of a model or run",
+}
+RUNS_ACTIONS = {
+    "list": "table of stored runs",
+    "show": "one run's config and metrics",
+    "delete": "delete a run",
+    "export": "copy a run's folder",
+}
+
+
+# ---- parser ------------------------------------------------------------------------------------
+def _add_field(group: argparse._ArgumentGroup, f: Field) -> None:
+    if f.kind == FLAG:
+        group.add_argument(f.flag, action="store_true", help=f.help)
+    elif f.kind == LIST:
+        group.add_argument(f.flag, action="append", default=[], metavar="KEY=VALUE", help=f.help)
+    else:
+        typ = {INT: int, FLOAT: float}.get(f.kind)
+        # Only closed sets are argparse choices; a method name is checked by the registry.
+        choices = f.choices if f.kind == CHOICE else None
+        group.add_argument(f.flag, type=typ, default=f.default, choices=choices, help=f.help)
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default=None, help="results store folder (default $PRUNESCOPE_HOME)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--force", action="store_true", help="recompute even if the same run is stored")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m core",
+        description="PruneScope: prune LLMs (magnitude, Wanda, SparseGPT, SliceGPT, attention-"
+        "matrix GD), measure perplexity, and keep every run in a local results store.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command, fields in COMMANDS.items():
+        p = sub.add_parser(command, help=HELP[command])
+        groups: dict[str, argparse._ArgumentGroup] = {}
+        for f in fields:
+            if f.group not in groups:
+                groups[f.group] = p.add_argument_group(f.group)
+            _add_field(groups[f.group], f)
+        if command == "sweep":
+            cli_sweep.add_grid_args(p)
+        _add_common(p)
+
+    p = sub.add_parser("run", help="execute a resolved run configuration (JSON; background jobs)")
+    p.add_argument("--config", required=True, metavar="FILE", help="RunConfig as JSON")
+    p.add_argument("--save", default=None, metavar="DIR", help="save the changed model in DIR")
+    p.add_argument("--activations-on-cpu", action="store_true")
+    _add_common(p)
+
+    p = sub.add_parser(
+        "effdim",
+        help="effective dimension of stored runs and the relation PPL = PPL0^(d_eff,dense/d_eff) "
+        "across methods",
+    )
+    p.add_argument("run_ids", nargs="*", help="runs to include (default: every prune/slice run)")
+    _add_common(p)
+
+    p = sub.add_parser("methods", help="the registered pruning methods and their --option keys")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true")
+
+    runs = sub.add_parser("runs", help="list, show, delete or export stored runs")
+    rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
+    for name, helptext in RUNS_ACTIONS.items():
+        rp = rsub.add_parser(name, help=helptext)
+        if name != "list":
+            rp.add_argument("run_id", help="run id (a unique prefix is enough)")
+        if name == "export":
+            rp.add_argument("dest", help="destination folder")
+        if name == "list":
+            rp.add_argument("--kind", default=None)
+            rp.add_argument("--status", default=None)
+        rp.add_argument("--store", default=None)
+        rp.add_argument("--json", action="store_true")
+        rp.add_argument("-v", "--verbose", action="store_true")
+    return parser
+
+
+# ---- commands ------------------------------------------------------------------------------------
+def field_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed arguments of a run command, keyed by field name."""
+    return {f.name: getattr(args, f.name) for f in COMMANDS[args.command]}
+
+
+def cmd_run_command(args: argparse.Namespace, progress: TqdmProgress) -> dict[str, Any]:
+    """eval, prune, slice, sweep, zeroshot: plan from the flags, then execute."""
+    store = RunStore(args.store)
+    values = field_values(args)
+    if args.command == "sweep" and cli_sweep.is_grid(args, values):
+        return cli_sweep.cmd_grid(args, progress, values, store)
+    cfg = plan_request(args.command, values, store)
+    return execute(cfg, store, progress, run_options(args.command, values, args.force))
+
+
+def cmd_run_config(args: argparse.Namespace, progress: TqdmProgress) -> dict[str, Any]:
+    """``run --config FILE``: a resolved RunConfig written by the app's background jobs."""
+    try:
+        cfg = RunConfig.from_dict(json.loads(Path(args.config).read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{args.config} is not a run configuration: {exc}") from exc
+    opts = RunOptions(args.force, args.save, args.activations_on_cpu)
+    return execute(cfg, RunStore(args.store), progress, opts)
+
+
+def cmd_effdim(args: argparse.Namespace, progress: TqdmProgress) -> dict[str, Any]:
+    store = RunStore(args.store)
+    out = effdim_report(store, args.run_ids or None)
+    if args.run_ids and len(args.run_ids) == 1:
+        run = store.load(args.run_ids[0])
+        out["layers"] = run.table("effdim").to_dict(orient="records")
+    return out
+
+
+def cmd_methods() -> dict[str, Any]:
+    """Every registered method with its patterns and option defaults, and per model family
+    which methods and patterns run on it (core.families)."""
+    out = []
+    for name in available_methods():
+        cls = get_method(name)
+        opts = {f.name: f.default for f in dataclasses.fields(cls.options_cls)}
+        patterns = method_patterns(name)
+        out.append(
+            {
+                "method": name,
+                "structured": cls.structured,
+                "patterns": patterns,
+                "options": opts,
+                "doc": (cls.__doc__ or "").strip().splitlines()[0],
+            }
+        )
+    return {"methods": out, "families": family_support()}
+
+
+def cmd_runs(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]]:
+    store = RunStore(args.store)
+    if args.runs_command == "list":
+        return [
+            {
+                "id": r.id,
+                "kind": r.kind,
+                "status": r.status,
+                "model": r.model,
+                "method": r.method,
+                "sparsity": r.sparsity,
+                "pattern": r.pattern,
+                "dataset": r.dataset,
+                "ppl": r.summary.get("ppl"),
+                "created": r.created,
+                "error": r.error,
+            }
+            for r in store.list(args.kind, args.status)
+        ]
+    rec = store.get(args.run_id)
+    if args.runs_command == "show":
+        out = {
+            "run_id": rec.id,
+            "kind": rec.kind,
+            "status": rec.status,
+            "config": rec.config,
+            "metrics": rec.summary,
+            "error": rec.error,
+        }
+        if rec.status == "done":
+            run = store.load(rec.id)
+            out.update(env=run.env, tables=run.tables())
+        return out
+    if args.runs_command == "delete":
+        store.delete(rec.id)
+        return {"deleted": rec.id}
+    run = store.load(rec.id)
+    dest = shutil.copytree(run.dir, f"{args.dest}/{rec.id}")
+    return {"exported": rec.id, "to": str(dest)}
+
+
+def _dispatch(args: argparse.Namespace, progress: TqdmProgress) -> Any:
+    if args.command == "runs":
+        return cmd_runs(args)
+    if args.command == "methods":
+        return cmd_methods()
+    if args.command == "run":
+        return cmd_run_config(args, progress)
+    if args.command == "effdim":
+        return cmd_effdim(args, progress)
+    return cmd_run_command(args, progress)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    progress = TqdmProgress(enabled=not getattr(args, "quiet", False))
+    try:
+        out = _dispatch(args, progress)
+    except PruneScopeError as exc:
+        progress.close()
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        progress.close()
+        print("cancelled", file=sys.stderr)
+        return 130
+    progress.close()
+    if getattr(args, "json", False):
+        print(json.dumps(out, default=str))
+    else:
+        print_human(args.command, out)
+    return 0

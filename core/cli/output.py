@@ -1,0 +1,204 @@
+"""What the CLI prints: progress bars on stderr, and a few readable lines per result."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from tqdm import tqdm
+
+from core.cli.sweep_command import grid_lines
+from core.families import family_lines
+
+
+class TqdmProgress:
+    """A ProgressFn drawing one tqdm bar per stage on stderr."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled, self.bar, self.stage = enabled, None, None
+
+    def __call__(self, stage: str, done: int, total: int, detail: str = "") -> None:
+        if not self.enabled:
+            return
+        if stage != self.stage or self.bar is None or total != self.bar.total:
+            self.close()
+            self.stage = stage
+            self.bar = tqdm(total=total, desc=stage, unit="step", file=sys.stderr, leave=True)
+        self.bar.n = done
+        if detail:
+            self.bar.set_postfix_str(detail, refresh=False)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _interval(lo: float | None, hi: float | None) -> str:
+    return "[-]" if lo is None or hi is None else f"[{lo:.1f}, {hi:.1f}]"
+
+
+def effdim_lines(out: dict[str, Any]) -> list[str]:
+    """The effective-dimension relation as a table per (model, evaluation) group."""
+    if not out["groups"]:
+        return ["no finished prune/slice runs with effective dimensions (and their dense eval run)"]
+    lines = []
+    for g in out["groups"]:
+        lines.append(
+            f"model {g['model']}: PPL0 {g['ppl0']:.4f}, dense d_eff ({g['key']}, pre-registered) "
+            f"{g['d_dense']:.1f} {_interval(g.get('d_dense_lo'), g.get('d_dense_hi'))}"
+        )
+        lines.append(
+            f"{'run':<18}{'method':<12}{'s':>6}{'pattern':>14}{'d_eff [95%]':>22}{'pca99':>7}"
+            f"{'ppl':>11}{'predicted':>12}{'rel.err':>9}"
+        )
+        for r in sorted(g["rows"], key=lambda r: (r["method"] or "", r["sparsity"] or 0)):
+            short = "" if r.get("enough_tokens") is not False else "*"
+            d_eff = f"{r['d_eff']:.1f}{short} {_interval(r.get('d_eff_lo'), r.get('d_eff_hi'))}"
+            pca = r.get("mean_pca99")
+            lines.append(
+                f"{r['run_id']:<18}{r['method'] or '-':<12}{r['sparsity'] or 0:>6.2f}"
+                f"{r['pattern'] or '-':>14}{d_eff:>22}{pca if pca is None else f'{pca:.0f}':>7}"
+                f"{r['ppl']:>11.3f}{r['predicted']:>12.3f}{r['rel_error']:>9.3f}"
+            )
+        lines.append(
+            f"mean |relative error| {g['mean_abs_rel_error']:.3f}; fit ln PPL0/ln PPL = "
+            f"a·(d_eff/d_dense) + b: a = {g['a']:.3f}, b = {g['b']:.3f}, R^2 = {g['r2']:.3f}"
+        )
+        lines.append("* fewer than 10·d tokens behind the statistic (core.analysis.effdim)")
+    if "layers" in out:
+        lines.append(
+            "per layer (erank_c): "
+            + ", ".join(f"{r['layer']}:{r['erank_c']:.1f}" for r in out["layers"])
+        )
+    return lines
+
+
+def zeroshot_lines(zs: dict[str, Any], dense: dict[str, Any] | None = None) -> list[str]:
+    """Per-task acc / acc_norm (± standard error), dense beside when given."""
+    head = f"{'task':<16}{'n':>6}{'acc':>16}{'acc_norm':>16}"
+    lines = [head + (f"{'dense acc':>12}" if dense else "")]
+    for name, t in zs["tasks"].items():
+        norm = f"{t['acc_norm']:.4f}±{t['acc_norm_stderr']:.4f}" if "acc_norm" in t else "-"
+        row = f"{t['label']:<16}{t['n']:>6}{t['acc']:>9.4f}±{t['acc_stderr']:.4f}{norm:>16}"
+        if dense:
+            row += f"{dense['tasks'][name]['acc']:>12.4f}"
+        lines.append(row)
+    lines.append(
+        f"{'mean acc':<22}{zs['mean_acc']:>9.4f}"
+        + (f"{'':>23}{dense['mean_acc']:>12.4f}" if dense else "")
+    )
+    for t in zs["tasks"].values():
+        if t.get("note"):
+            lines.append(f"note: {t['note']}")
+    if zs.get("limit"):
+        lines.append(f"limit: first {zs['limit']} items per task")
+    return lines
+
+
+def summary_lines(command: str, m: dict[str, Any]) -> list[str]:
+    """A few readable lines of a run's metrics."""
+    lines = []
+    if command == "zeroshot":
+        src = m.get("source_run")
+        lines.append(
+            f"model: {m.get('model_name', '?')}"
+            + (f" from run {src} ({m['model_from']})" if src else " (dense)")
+        )
+        return lines + zeroshot_lines(m["zeroshot"])
+    data = m.get("data") or {}
+    if data:
+        note = "" if data.get("comparable", True) else "  [NOT comparable with published figures]"
+        lines.append(
+            f"data: {data.get('dataset')} ({data.get('split')}) from {data.get('source')}{note}"
+        )
+    if command == "sweep":
+        lines.append(f"dense perplexity PPL0 = {m['ppl0']:.4f}, d = {m['d']}")
+        lines.append(
+            f"fit ln PPL0/ln PPL = a(1-s) + b: a = {m['a']:.4f}, b = {m['b']:.4f}, R^2 = {m['r2']:.4f}"
+        )
+        if "acc_fit_kappa" in m:
+            lines.append(
+                f"accuracy (mean of tasks): ln(acc/acc_dense) = k(1-s) + c: k = "
+                f"{m['acc_fit_kappa']:.4f}, c = {m['acc_fit_intercept']:.4f}, R^2 = "
+                f"{m['acc_fit_r2']:.4f} ({'held' if m['acc_fit_held'] else 'did not hold'}); "
+                f"ln(acc/chance) = k'(1-s): k' = {m['acc_fit_kappa_chance']:.4f}, R^2 = "
+                f"{m['acc_fit_r2_chance']:.4f} ({'held' if m['acc_fit_held_chance'] else 'did not hold'})"
+            )
+        lines.append("per-point table: python -m core runs show <id> (table 'sweep') or the app")
+    elif command == "eval" or "tokens_per_s" in m:
+        lines.append(f"perplexity: {m['ppl']:.4f}  (mean NLL {m['nll']:.4f} nats)")
+        lines.append(
+            f"tokens evaluated: {m['n_tokens']} ({m['n_windows']} windows of {m['seqlen']})"
+        )
+        lines.append(f"throughput: {m['tokens_per_s']:.1f} tokens/s in {m['seconds']:.1f} s")
+    elif "dense_ppl" in m:
+        lines.append(f"dense perplexity:  {m['dense_ppl']:.4f}")
+        lines.append(
+            f"pruned perplexity: {m['ppl']:.4f}  ({m['n_windows']} windows, {m['n_tokens']} tokens)"
+        )
+        if "d_sliced" in m:
+            lines.append(
+                f"width d' = {m['d_sliced']} of {m['d']} (s_eff = {m['s_eff']:.4f}); "
+                f"parameters {m['n_params_sliced']:,} vs {m['n_params_dense']:,} dense"
+            )
+            if "latency_ms" in m:  # not measured when streamed or lean
+                lines.append(
+                    f"forward latency: {m['latency_ms']:.1f} ms vs {m['latency_ms_dense']:.1f} ms dense"
+                )
+        if "achieved_sparsity" in m:
+            lines.append(
+                f"achieved sparsity: {m['achieved_sparsity']:.4f} of targeted weights "
+                f"({m['decoder_sparsity']:.4f} of all decoder linears)"
+            )
+        lines.append(f"pruning time: {m['prune_seconds']:.1f} s")
+        if "zeroshot" in m:
+            lines.append(f"zero-shot accuracy (dense run {m['dense_zeroshot_run']}):")
+            lines.extend("  " + ln for ln in zeroshot_lines(m["zeroshot"], None))
+            lines.append(f"  dense mean acc {m['dense_mean_acc']:.4f}")
+        if m.get("saved_to"):
+            lines.append(f"saved to: {m['saved_to']}")
+    return lines
+
+
+def _fmt(x: Any) -> str:
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def print_human(command: str, out: Any) -> None:
+    if command == "methods":
+        for m in out["methods"]:
+            opts = ", ".join(f"{k}={v!r}" for k, v in m["options"].items()) or "(none)"
+            print(f"{m['method']:<14}{'/'.join(m['patterns']):<18}{m['doc']}")
+            print(f"{'':<14}options: {opts}")
+        print("\nper model family (from each family's config; run planning refuses the same):")
+        print("\n".join(family_lines(out["families"])))
+        return
+    if isinstance(out, list):  # runs list
+        if not out:
+            print("no runs stored")
+            return
+        cols = ["id", "kind", "status", "model", "method", "sparsity", "pattern", "dataset", "ppl"]
+        rows = [[_fmt(r.get(c)) if r.get(c) is not None else "-" for c in cols] for r in out]
+        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+        print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+        for r in rows:
+            print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+        return
+    if command == "effdim":
+        print("\n".join(effdim_lines(out)))
+        return
+    if command == "sweep" and "table" in out:  # a grid sweep (core.cli.sweep_command)
+        print("\n".join(grid_lines(out)))
+        return
+    if "metrics" not in out:
+        print(json.dumps(out, indent=2, default=str))
+        return
+    m = out["metrics"]
+    print(
+        f"run {out['run_id']}{' (stored result reused; --force recomputes)' if out.get('cached') else ''}"
+    )
+    for line in summary_lines(command, m):
+        print(line)

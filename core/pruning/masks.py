@@ -1,0 +1,92 @@
+"""Mask selection shared by every pruning method: pure tensor functions, no modules.
+
+A *prune mask* is a bool tensor shaped like the weight, True where the weight is zeroed.
+Every selector prunes an exact count and breaks ties deterministically: scores are sorted
+with a stable sort, so among equal scores the lower index is pruned first. This matters for
+weights dequantised from 4-bit formats, whose magnitudes take only a few distinct values; a
+threshold rule (``score <= thr``, as in the reference code) would prune every tied entry.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.errors import ConfigError
+from core.names import SCOPES
+from core.settings.patterns import check_nm, check_sparsity, prune_count
+
+
+def scope_dim(scope: str) -> int | None:
+    """Comparison group -> ``dim`` of ``topk_prune_mask``: "row" -> -1, "matrix" -> None."""
+    if scope not in SCOPES:
+        raise ConfigError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    return -1 if scope == "row" else None
+
+
+def score_mask(
+    scores: torch.Tensor, sparsity: float, scope: str, nm: tuple[int, int] | None = None
+) -> torch.Tensor:
+    """Prune mask of the lowest ``scores`` (out, in): N:M when ``nm`` is given (``sparsity``
+    is then ignored), else ``sparsity`` per output row or per matrix (``scope``)."""
+    dim = scope_dim(scope)
+    if nm is not None:
+        return nm_prune_mask(scores, *nm)
+    return topk_prune_mask(scores, sparsity, dim)
+
+
+def lowest_k_mask(scores: torch.Tensor, k: int, dim: int | None = -1) -> torch.Tensor:
+    """Bool mask of the ``k`` lowest scores along ``dim`` (per slice), or overall if None.
+
+    Ties go to the lower index (stable sort), so exactly ``k`` entries are True per slice.
+    """
+    if dim is None:
+        return lowest_k_mask(scores.reshape(1, -1), k, dim=-1).reshape(scores.shape)
+    size = scores.shape[dim]
+    if not 0 <= k <= size:
+        raise ValueError(f"cannot prune {k} of {size} entries")
+    mask = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
+    if k == 0:
+        return mask
+    order = torch.sort(scores, dim=dim, stable=True).indices
+    return mask.scatter_(dim, order.narrow(dim, 0, k), True)
+
+
+def topk_prune_mask(scores: torch.Tensor, sparsity: float, dim: int | None = -1) -> torch.Tensor:
+    """Prune the lowest scores, per output row (``dim=-1``) or over the whole tensor (None).
+
+    scores: (out, in). ``dim=None`` prunes ⌊sparsity·numel⌋ entries: the per-matrix threshold
+    of magnitude pruning. ``dim=-1`` is Wanda's per-output-row comparison group: every row
+    prunes ⌊sparsity·in⌋ (papers.md §4) and, when sparsity·in is not an integer (OWL's
+    per-layer ratios), the remaining ⌊sparsity·numel⌋ − out·⌊sparsity·in⌋ entries go one
+    per row to the rows whose next-lowest score is smallest, so the matrix's sparsity is
+    exact to one weight and a global target is met instead of undershot by up to 1/in.
+    """
+    sparsity = check_sparsity(sparsity)
+    if dim is None or scores.dim() != 2 or dim not in (-1, 1):
+        n = scores.numel() if dim is None else scores.shape[dim]
+        return lowest_k_mask(scores, prune_count(n, sparsity), dim)
+    rows, cols = scores.shape
+    total = prune_count(rows * cols, sparsity)
+    k, extra = divmod(total, rows)
+    if extra == 0:
+        return lowest_k_mask(scores, k, dim=-1)
+    ordered, order = torch.sort(scores, dim=-1, stable=True)  # (out, in)
+    # Rows that prune a (k+1)-th entry: the cheapest such entries overall, ties to lower rows.
+    bonus = torch.sort(ordered[:, k], stable=True).indices[:extra]
+    counts = torch.full((rows,), k, device=scores.device)
+    counts[bonus] += 1
+    ranks = torch.arange(cols, device=scores.device).expand(rows, cols)
+    return torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, order, ranks < counts[:, None])
+
+
+def nm_prune_mask(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:
+    """N:M mask: in every group of M consecutive input columns of each row prune the N lowest.
+
+    scores: (out, in) with ``in`` divisible by M. Exactly N entries per group are True.
+    """
+    check_nm(n, m)
+    rows, cols = scores.shape
+    if cols % m:
+        raise ConfigError(f"N:M pattern {n}:{m} needs a width divisible by {m}, got {cols}")
+    groups = scores.reshape(rows, cols // m, m)  # (out, in/M, M)
+    return lowest_k_mask(groups, n, dim=-1).reshape(rows, cols)

@@ -1,0 +1,185 @@
+"""The 'sweep' run kind: SliceGPT over a grid of s (each point a stored 'slice' run) and
+Paper A's relations: (A1) ln PPL₀/ln PPL = 1 − s, fitted as ratio = a·(1 − s) + b, for
+perplexity always; (A2) for accuracy per task and averaged when tasks were asked."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from core.analysis.relation import accuracy_relation, predicted_ppl, relation_fit
+from core.analysis.sweep_report import SweepPoint, accuracy_report, relation_report
+from core.machine.environment import environment_record
+from core.names import DEFAULT_DIM as EFFDIM_COLUMN
+from core.names import T_ACCURACY, T_ACCURACY_FIT, T_SWEEP
+from core.progress import ProgressFn, report
+from core.runs.common import RunOptions
+from core.runs.plan import sweep_points
+from core.runs.slice import execute_slice
+from core.runs.store_access import cached_result, result, tee
+from core.settings.config import RunConfig, zeroshot_from
+from core.store.run_store import RunStore
+
+ACC_FIT_KEYS = ("kappa", "intercept", "r2", "held", "kappa_chance", "r2_chance", "held_chance")
+INTERVAL_KEYS = ("a", "a_lo", "a_hi", "b", "b_lo", "b_hi", "verdict", "predicted_inside")
+
+
+def _mean_ppl(runs: list[dict[str, Any]]) -> float:
+    """A point's perplexity over its calibration seeds: exp of the mean ln PPL."""
+    return math.exp(sum(r["metrics"]["nll"] for r in runs) / len(runs))
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r["metrics"].get(key, math.nan) for r in runs)
+
+
+def _sweep_row(s: float, runs: list[dict[str, Any]], ppl0: float, frow: dict, irow: dict) -> dict:
+    m = runs[0]["metrics"]  # the structure (d′, parameters) is the same for every seed
+    return {
+        "s": s,
+        "s_eff": m["s_eff"],
+        "d_prime": m["d_sliced"],
+        "params": m["n_params_sliced"],
+        "layer_params": m["n_layer_params_sliced"],
+        "kept_params": m["kept_params"],
+        "ppl": frow["measured"],
+        "ppl_lo": irow["ppl_lo"],
+        "ppl_hi": irow["ppl_hi"],
+        "predicted_ppl": predicted_ppl(ppl0, s),
+        "rel_error": frow["rel_error"],
+        "predicted_ppl_seff": predicted_ppl(ppl0, m["s_eff"]),
+        "fit_ppl": frow.get("predicted_fit"),
+        "ratio": frow.get("ratio"),
+        "ratio_lo": irow["ratio_lo"],
+        "ratio_hi": irow["ratio_hi"],
+        # a lean sweep measures no latency: NaN, left out of the charts
+        "latency_ms": _median(runs, "latency_ms"),
+        "latency_ms_dense": m.get("latency_ms_dense", math.nan),
+        "latency": _median(runs, "latency"),
+        EFFDIM_COLUMN: statistics.mean(r["metrics"].get(EFFDIM_COLUMN, math.nan) for r in runs),
+        "n_seeds": len(runs),
+        "run_id": runs[0]["run_id"],
+        "run_ids": ",".join(r["run_id"] for r in runs),
+    }
+
+
+def execute_sweep(
+    cfg: RunConfig, store: RunStore, on_progress: ProgressFn | None = None, force: bool = False
+) -> dict[str, Any]:
+    """Run a planned 'sweep' config: every (s, seed) slice run, then (A1) fitted on the seeds'
+    mean perplexities with bootstrap intervals over windows and seeds (core.analysis.sweep_report)."""
+    cached = cached_result(store, cfg, force)
+    if cached is not None:
+        return cached
+    zeroshot = zeroshot_from(cfg.extra_value("zeroshot"))
+    with store.begin(cfg, force) as writer:
+        progress = tee(writer.progress, on_progress)
+        writer.write_env(environment_record(cfg.model.device))
+        grid = sweep_points(cfg)
+        total, done = sum(len(configs) for _, configs in grid), 0
+        points: list[tuple[float, list[dict[str, Any]]]] = []
+        for s, configs in grid:
+            runs = []
+            for point in configs:
+                report(progress, "sweep", done, total, f"s = {s:g}, seed {point.calib.seed}")
+                runs.append(execute_slice(point, store, progress, RunOptions(force=force)))
+                done += 1
+            points.append((s, runs))
+        report(progress, "sweep", total, total)
+        first = points[0][1][0]["metrics"]
+        ppl0, d = first["dense_ppl"], first["d"]
+        fit = relation_fit([s for s, _ in points], [_mean_ppl(r) for _, r in points], ppl0, d=d)
+        spans = [
+            SweepPoint(s, runs[0]["metrics"]["s_eff"], tuple(r["run_id"] for r in runs))
+            for s, runs in points
+        ]
+        intervals = relation_report(store, spans, first["dense_run"])
+        nominal, effective = intervals["nominal"], intervals["effective"]
+        rows = [
+            _sweep_row(s, runs, ppl0, frow, irow)
+            for (s, runs), frow, irow in zip(points, fit["rows"], nominal["rows"], strict=True)
+        ]
+        writer.write_table(T_SWEEP, rows)
+        metrics = {
+            "ppl0": ppl0,
+            "d": d,
+            **{k: nominal[k] for k in INTERVAL_KEYS},
+            "r2": fit["r2"],
+            **{f"{k}_eff": effective[k] for k in INTERVAL_KEYS},
+            "n_points": len(rows),
+            "n_seeds": intervals["n_seeds"],
+            "n_windows": nominal["n_windows"],
+            "params_dense": first["n_params_dense"],
+            "data": first["data"],
+        }
+        if zeroshot is not None:
+            acc_rows, fit_rows = accuracy_tables(store, points, d, zeroshot.tasks)
+            kappas = _accuracy_intervals(store, spans, first, zeroshot.tasks)
+            for row in fit_rows:
+                row.update(kappas.get(row["task"], {}))
+            writer.write_table(T_ACCURACY, acc_rows)
+            writer.write_table(T_ACCURACY_FIT, fit_rows)
+            mean = next(r for r in fit_rows if r["task"] == "mean")
+            metrics.update({f"acc_fit_{k}": mean[k] for k in ACC_FIT_KEYS})
+        writer.commit(metrics)
+    return result(cfg, metrics)
+
+
+def _accuracy_intervals(
+    store: RunStore, spans: list[SweepPoint], first: dict[str, Any], tasks: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
+    """task -> κ of (A2) with its interval over items and seeds (not for the mean of tasks),
+    from one ``accuracy_report`` over every task."""
+    rows = accuracy_report(
+        store, spans, first["dense_zeroshot_run"], [p.run_ids for p in spans], tasks
+    )
+    keys = ("kappa_lo", "kappa_hi", "verdict")
+    return {
+        row["task"]: {("kappa_verdict" if k == "verdict" else k): row[k] for k in keys}
+        for row in rows
+    }
+
+
+def accuracy_tables(
+    store: RunStore,
+    points: list[tuple[float, list[dict[str, Any]]]],
+    d: int,
+    tasks: tuple[str, ...],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Accuracy per (s, task) with the dense point first (the first seed's), and the (A2)
+    point fits per task and for the mean over tasks (core.analysis.relation.accuracy_relation)."""
+    pruned = [(s, runs[0]["metrics"]) for s, runs in points if s > 0]
+    first = points[0][1][0]["metrics"]
+    dense = store.load(first["dense_zeroshot_run"]).metrics["zeroshot"]
+    series = [(0.0, d, dense)] + [(s, m["d_sliced"], m["zeroshot"]) for s, m in pruned]
+    acc_rows = []
+    for s, d_prime, zs in series:
+        for name in tasks:
+            t = zs["tasks"][name]
+            acc_rows.append(
+                {
+                    "s": s,
+                    "d_prime": d_prime,
+                    "task": name,
+                    "label": t["label"],
+                    "acc": t["acc"],
+                    "acc_stderr": t["acc_stderr"],
+                    "acc_norm": t.get("acc_norm"),
+                    "n": t["n"],
+                    "chance": t["chance"],
+                }
+            )
+    fit_rows = []
+    for name in [*tasks, "mean"]:
+        if name == "mean":
+            accs = [zs["mean_acc"] for _, _, zs in series]
+            chance = sum(dense["tasks"][t]["chance"] for t in tasks) / len(tasks)
+            label = "mean of tasks"
+        else:
+            accs = [zs["tasks"][name]["acc"] for _, _, zs in series]
+            chance, label = dense["tasks"][name]["chance"], dense["tasks"][name]["label"]
+        fit = accuracy_relation([s for s, _, _ in series[1:]], accs[1:], accs[0], chance)
+        fit.pop("rows")
+        fit_rows.append({"task": name, "label": label, **fit})
+    return acc_rows, fit_rows

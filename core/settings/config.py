@@ -1,0 +1,227 @@
+"""Frozen, validated run configurations. The sha256 of a resolved config is the run id.
+
+A config is resolved when every default is filled in and "auto" choices (device, dtype)
+are replaced by what they resolved to, so two runs with the same id computed the same thing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.errors import ConfigError
+from core.evaluation.tasks import parse_tasks
+from core.names import DATASETS, FULL, LEAN, MEASURES, resolve_roles
+from core.settings.patterns import parse_pattern
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model and where it runs. stream: never hold it; build it on the meta device and read
+    one module at a time from its safetensors files, writing the changed model shard by
+    shard (``core.stream``; same numbers as in memory). It enters the config only when on,
+    so in-memory runs keep their ids."""
+
+    name: str = "smollm2-135m"
+    device: str = "auto"
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+    revision: str | None = None
+    stream: bool = False
+
+    def __post_init__(self) -> None:
+        _check(bool(self.name.strip()), "model name is empty")
+        _check(isinstance(self.stream, bool), f"stream must be true or false, got {self.stream!r}")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """A corpus: 'wikitext2' | 'c4' | 'pydoc' | 'file:<path>'; data_dir = local copy of the
+    shared/data layout (None: Hugging Face datasets, falling back to nothing)."""
+
+    dataset: str = "wikitext2"
+    split: str = "test"
+    data_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        ok = self.dataset in DATASETS or self.dataset.startswith("file:")
+        _check(ok, f"unknown dataset {self.dataset!r}; use {', '.join(DATASETS)} or file:<path>")
+        _check(self.split in ("train", "test", "validation"), f"unknown split {self.split!r}")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    data: DataSpec = field(default_factory=DataSpec)
+    seqlen: int = 512
+    max_windows: int | None = None
+    batch_size: int = 4
+
+    def __post_init__(self) -> None:
+        _check(self.seqlen >= 2, f"seqlen must be >= 2, got {self.seqlen}")
+        _check(self.max_windows is None or self.max_windows >= 1, "max-windows must be >= 1")
+        _check(self.batch_size >= 1, "batch size must be >= 1")
+
+
+@dataclass(frozen=True)
+class CalibConfig:
+    """Calibration sample as Wanda/SparseGPT draw it: nsamples windows of seqlen tokens."""
+
+    data: DataSpec = field(default_factory=lambda: DataSpec("c4", "train"))
+    nsamples: int = 32
+    seqlen: int = 512
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self.nsamples >= 1, f"nsamples must be >= 1, got {self.nsamples}")
+        _check(self.seqlen >= 2, f"calibration seqlen must be >= 2, got {self.seqlen}")
+
+
+@dataclass(frozen=True)
+class PruneConfig:
+    """What to prune and how. ``options`` are the method's own (validated by its options class)."""
+
+    method: str = "wanda"
+    sparsity: float = 0.5
+    pattern: str = "unstructured"  # or "N:M"
+    targets: str = "all"  # all | attention | mlp | qk | comma list of roles
+    allocation: str = "uniform"  # uniform | owl
+    owl_lambda: float = 0.08
+    owl_m: float = 5.0
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.sparsity < 1.0, f"sparsity must be in [0, 1), got {self.sparsity}")
+        _check(self.allocation in ("uniform", "owl"), f"unknown allocation {self.allocation!r}")
+        _check(self.owl_lambda >= 0 and self.owl_m > 0, "OWL needs lambda >= 0 and M > 0")
+        if self.pattern != "unstructured":
+            parse_pattern(self.pattern)  # raises ConfigError on a bad N:M
+        resolve_roles(self.targets)
+
+
+@dataclass(frozen=True)
+class ZeroShotConfig:
+    """Zero-shot multiple-choice evaluation (core.evaluation.accuracy): which tasks, the first ``limit``
+    items of each (None: all), task files under data_dir/tasks (None: the hub)."""
+
+    tasks: tuple[str, ...] = (
+        "piqa",
+        "hellaswag",
+        "arc_easy",
+        "arc_challenge",
+        "winogrande",
+        "boolq",
+    )
+    limit: int | None = None
+    data_dir: str | None = None
+    batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tasks", parse_tasks(self.tasks))
+        _check(
+            self.limit is None or self.limit >= 1,
+            f"limit must be >= 1 item per task (omit it for all items), got {self.limit}",
+        )
+        _check(self.batch_size >= 1, "batch size must be >= 1")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A whole run: kind in {'eval', 'prune', 'slice', 'sweep', 'effdim', 'zeroshot'};
+    ``measure``: FULL or LEAN (see MEASURES), in the run id only when LEAN."""
+
+    kind: str
+    model: ModelSpec = field(default_factory=ModelSpec)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    calib: CalibConfig | None = None
+    prune: PruneConfig | None = None
+    extra: tuple[tuple[str, Any], ...] = ()  # kind-specific settings (e.g. sweep grid)
+    measure: str = FULL
+
+    def __post_init__(self) -> None:
+        _check(self.measure in MEASURES, f"measure must be one of {MEASURES}, got {self.measure!r}")
+
+    @property
+    def lean(self) -> bool:
+        return self.measure == LEAN
+
+    def to_dict(self) -> dict[str, Any]:
+        out = _plain(dataclasses.asdict(self))
+        # defaults of options added later stay out, so the ids of runs from before them hold
+        if not self.model.stream:
+            del out["model"]["stream"]
+        if self.measure == FULL:
+            del out["measure"]
+        return out
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def run_id(self) -> str:
+        """First 16 hex digits of sha256(canonical JSON): same config, same id."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+
+    def extra_value(self, key: str, default: Any = None) -> Any:
+        return dict(self.extra).get(key, default)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
+        """Inverse of ``to_dict`` (a stored run's config), with the same run id."""
+
+        def data(x: dict[str, Any]) -> DataSpec:
+            return DataSpec(**x)
+
+        ev = dict(d["eval"])
+        calib = dict(d["calib"]) if d.get("calib") else None
+        prune = dict(d["prune"]) if d.get("prune") else None
+        if prune is not None:
+            prune["options"] = options_tuple(prune.get("options") or {})
+        return cls(
+            kind=d["kind"],
+            model=ModelSpec(**d["model"]),
+            eval=EvalConfig(**{**ev, "data": data(ev["data"])}),
+            calib=CalibConfig(**{**calib, "data": data(calib["data"])}) if calib else None,
+            prune=PruneConfig(**prune) if prune else None,
+            extra=tuple(sorted((d.get("extra") or {}).items())),
+            measure=d.get("measure", FULL),
+        )
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        # option tuples of (key, value) pairs become dicts for readability
+        if obj and all(
+            isinstance(p, tuple | list) and len(p) == 2 and isinstance(p[0], str) for p in obj
+        ):
+            return {k: _plain(v) for k, v in obj}
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def zeroshot_dict(zs: ZeroShotConfig) -> dict[str, Any]:
+    return _plain(dataclasses.asdict(zs))
+
+
+def zeroshot_from(value: Any) -> ZeroShotConfig | None:
+    """A ZeroShotConfig from a config's extra value (dict) or None."""
+    if value is None or isinstance(value, ZeroShotConfig):
+        return value
+    return ZeroShotConfig(**{**dict(value), "tasks": tuple(dict(value)["tasks"])})
+
+
+def options_tuple(options: Any) -> tuple[tuple[str, Any], ...]:
+    """A method's options dataclass (or dict) as a sorted tuple of pairs (hashable, frozen)."""
+    if options is None:
+        return ()
+    items = dataclasses.asdict(options) if dataclasses.is_dataclass(options) else dict(options)
+    return tuple(sorted(items.items()))

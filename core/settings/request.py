@@ -1,0 +1,278 @@
+"""One path from field values (parsed CLI flags, app form values) to a resolved RunConfig.
+
+``plan_request(command, values)`` fills the command's defaults (``core.settings.commands``), checks
+every value's type, builds the config dataclasses and plans the run (``core.runs.plan``),
+so CLI, app and background jobs validate the same way and get the same run id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from core.data import default_data_dir
+from core.errors import ConfigError
+from core.models.catalog import check_model_name
+from core.runs import RunOptions, plan_eval, plan_prune, plan_slice, plan_sweep, plan_zeroshot
+from core.settings.commands import command_fields, defaults, sweep_reference
+from core.settings.config import (
+    CalibConfig,
+    DataSpec,
+    EvalConfig,
+    ModelSpec,
+    PruneConfig,
+    RunConfig,
+    ZeroShotConfig,
+)
+from core.settings.field import FLAG, FLOAT, INT, LIST, MULTI, Field, method_list
+from core.store.run_store import RunStore
+from core.sweeps.grid import SweepSpec
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+# ---- values ------------------------------------------------------------------------------------
+def _typed(field: Field, value: Any) -> Any:
+    """A value of the field's type; numbers given as text are parsed (argparse's messages)."""
+    if value is None or (value == "" and field.kind in (INT, FLOAT)):
+        return None
+    cast = {INT: int, FLOAT: float}.get(field.kind)
+    if cast is not None and not isinstance(value, bool):
+        try:
+            return cast(value)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"argument {field.flag}: invalid {cast.__name__} value: {value!r}"
+            ) from None
+    if field.kind == LIST:
+        return [value] if isinstance(value, str) else list(value)
+    if field.kind == MULTI and not isinstance(value, str):  # a multiselect's list
+        return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
+    return value
+
+
+def values_of(command: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The command's defaults updated with ``given`` (typed); unknown names are an error."""
+    fields = {f.name: f for f in command_fields(command)}
+    unknown = sorted(set(given) - set(fields))
+    if unknown:
+        flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
+        raise ConfigError(f"unrecognized arguments for {command}: {flags}")
+    values = defaults(command)
+    values.update({k: _typed(fields[k], v) for k, v in given.items()})
+    if command == "sweep":  # calibration follows the swept methods' reference protocol
+        ref = sweep_reference(values["method"])
+        values.update({k: ref[k] for k in ("calib", "seed") if values[k] is None})
+    return values
+
+
+def to_argv(command: str, given: Mapping[str, Any]) -> list[str]:
+    """The CLI flags that give these values (defaults left out): what the app's background
+    jobs run and show as the command line."""
+    fields = {f.name: f for f in command_fields(command)}
+    base = defaults(command)
+    argv: list[str] = []
+    for name, raw in given.items():
+        f = fields.get(name)
+        if f is None or not f.config:
+            continue
+        value = _typed(f, raw)
+        if value in (None, "") or value == base[name] or (f.kind == LIST and not value):
+            continue
+        if f.kind == FLAG:
+            argv += [f.flag] if value else []
+        elif f.kind == LIST:
+            argv += [x for item in value for x in (f.flag, str(item))]
+        else:
+            argv += [f.flag, str(value)]
+    return argv
+
+
+def parse_options(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
+    """['lam=0.1', 'scope=row'] -> (('lam', 0.1), ('scope', 'row')); JSON values parsed."""
+    out = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--option expects KEY=VALUE, got {pair!r}")
+        try:
+            out[key.replace("-", "_")] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.replace("-", "_")] = raw
+    return tuple(sorted(out.items()))
+
+
+def parse_grid(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in str(text).split(",") if x.strip())
+    except ValueError as exc:
+        raise ConfigError(
+            f"--sparsities expects numbers separated by commas, got {text!r}"
+        ) from exc
+
+
+def parse_seeds(text: str | None) -> tuple[int, ...]:
+    """'0,1,2' -> (0, 1, 2); empty -> ()."""
+    try:
+        return tuple(int(x) for x in str(text or "").split(",") if x.strip())
+    except ValueError as exc:
+        raise ConfigError(f"--seeds expects integers separated by commas, got {text!r}") from exc
+
+
+def _absolute(path: str | None) -> str | None:
+    """Absolute, so the run id does not depend on the working directory."""
+    return None if path is None else str(Path(path).expanduser().resolve())
+
+
+# ---- config parts --------------------------------------------------------------------------------
+def model_spec(v: Mapping[str, Any]) -> ModelSpec:
+    check_model_name(v["model"])
+    return ModelSpec(
+        v["model"], v["device"], v["dtype"], v["trust_remote_code"], v["revision"], v["stream"]
+    )
+
+
+def data_spec(name: str, split: str | None, data_dir: str | None, role: str = "eval") -> DataSpec:
+    if split is None:
+        split = "train" if role == "calib" else ("validation" if name == "c4" else "test")
+    if name.startswith("file:"):
+        name = "file:" + _absolute(name.removeprefix("file:"))
+    data_dir = (data_dir or default_data_dir()) if name in ("wikitext2", "c4") else None
+    return DataSpec(name, split, _absolute(data_dir))
+
+
+def eval_config(v: Mapping[str, Any]) -> EvalConfig:
+    dataset = v["eval"] if "eval" in v else v["dataset"]
+    data = data_spec(dataset, v["split"], v["data_dir"])
+    return EvalConfig(data, v["seqlen"], v["max_windows"], v["batch_size"])
+
+
+def calib_config(v: Mapping[str, Any]) -> CalibConfig:
+    data = data_spec(v["calib"], None, v["data_dir"], "calib")
+    return CalibConfig(data, v["nsamples"], v["calib_seqlen"] or v["seqlen"], v["seed"])
+
+
+def zeroshot_config(v: Mapping[str, Any], batch_size: int | None = None) -> ZeroShotConfig | None:
+    """ZeroShotConfig from tasks/limit (None without tasks). Task files come from
+    <data dir>/tasks/ (--data-dir, $PRUNESCOPE_DATA_DIR or ../shared/data), else the hub."""
+    if not v["tasks"]:
+        if v["limit"] is not None:
+            raise ConfigError("--limit applies to zero-shot tasks: give --tasks too")
+        return None
+    kw = {} if batch_size is None else {"batch_size": batch_size}
+    tasks = v["tasks"] if isinstance(v["tasks"], str) else ",".join(v["tasks"])
+    return ZeroShotConfig(tasks, v["limit"], _absolute(v["data_dir"] or default_data_dir()), **kw)
+
+
+def prune_config(v: Mapping[str, Any]) -> PruneConfig:
+    return PruneConfig(
+        v["method"],
+        v["sparsity"],
+        v["pattern"],
+        v["targets"],
+        v["allocation"],
+        v["owl_lambda"],
+        v["owl_m"],
+        parse_options(v["option"]),
+    )
+
+
+def split_options(pairs: list[str]) -> tuple[tuple, tuple]:
+    """--option values of a sweep: (shared pairs, ((method, pairs), ...)); a key written
+    METHOD.KEY applies to that method only."""
+    shared, own = [], {}
+    for pair in pairs:
+        key = pair.partition("=")[0]
+        method, dot, _ = key.partition(".")
+        if dot:
+            own.setdefault(method, []).append(pair.partition(".")[2])
+        else:
+            shared.append(pair)
+    return parse_options(shared), tuple((m, parse_options(p)) for m, p in sorted(own.items()))
+
+
+def sweep_spec(given: Mapping[str, Any]) -> SweepSpec:
+    """The grid of a sweep of any method (core.sweeps.orchestrate), from the sweep command's fields."""
+    v = values_of("sweep", given)
+    shared, own = split_options(v["option"])
+    unknown = sorted({m for m, _ in own} - set(method_list(v["method"])))
+    if unknown:
+        raise ConfigError(f"--option names {', '.join(unknown)}, which the sweep does not run")
+    return SweepSpec(
+        model_spec(v),
+        tuple(method_list(v["method"])),
+        parse_grid(v["sparsities"]),
+        calib_config(v),
+        eval_config(v),
+        tuple(method_list(v["patterns"])),
+        tuple(method_list(v["allocations"])),
+        parse_seeds(v["seeds"]) or (v["seed"],),
+        v["targets"],
+        shared,
+        zeroshot_config(v),
+        own,
+        v["measure"],
+    )
+
+
+def is_grid(given: Mapping[str, Any]) -> bool:
+    """Whether a sweep's values ask for the grid of core.sweeps.orchestrate (any method, pattern or
+    allocation axis) rather than SliceGPT's relation sweep (slicegpt alone)."""
+    v = values_of("sweep", given)
+    axes = {"patterns": "unstructured", "allocations": "uniform", "targets": "all"}
+    own = split_options(v["option"])[1]
+    grid_axes = any(v[k].replace(" ", "") != d for k, d in axes.items())
+    return method_list(v["method"]) != ["slicegpt"] or grid_axes or bool(own)
+
+
+# ---- plans ---------------------------------------------------------------------------------------
+def _plan_zeroshot(v: Mapping[str, Any], store: RunStore | None) -> RunConfig:
+    model = model_spec(v) if v["model"] is not None else None
+    if model is None and v["run"] is None:
+        model = model_spec({**v, "model": DEFAULT_MODEL})
+    if store is None:
+        raise ConfigError("a zero-shot run needs the results store")
+    return plan_zeroshot(model, zeroshot_config(v, v["batch_size"]), store, v["run"])[0]
+
+
+def _plan_sweep(v: Mapping[str, Any]) -> RunConfig:
+    if method_list(v["method"]) != ["slicegpt"]:
+        raise ConfigError("sweep --method supports slicegpt (the representation-dimension sweep)")
+    grid = parse_grid(v["sparsities"])
+    return plan_sweep(
+        model_spec(v),
+        grid,
+        calib_config(v),
+        eval_config(v),
+        parse_options(v["option"]),
+        zeroshot_config(v),
+        parse_seeds(v["seeds"]),
+        v["measure"],
+    )
+
+
+def plan_request(
+    command: str, given: Mapping[str, Any], store: RunStore | None = None
+) -> RunConfig:
+    """The resolved, validated config ``python -m core <command>`` with these values runs."""
+    v = values_of(command, given)
+    if command == "eval":
+        return plan_eval(model_spec(v), eval_config(v))
+    if command == "prune":
+        parts = (model_spec(v), prune_config(v), calib_config(v), eval_config(v))
+        return plan_prune(*parts, zeroshot_config(v), v["measure"])
+    if command == "slice":
+        prune = PruneConfig("slicegpt", v["sparsity"], options=parse_options(v["option"]))
+        parts = (model_spec(v), prune, calib_config(v), eval_config(v))
+        return plan_slice(*parts, zeroshot_config(v), v["measure"])
+    if command == "sweep":
+        return _plan_sweep(v)
+    return _plan_zeroshot(v, store)
+
+
+def run_options(command: str, given: Mapping[str, Any], force: bool = False) -> RunOptions:
+    """How to execute: the command's non-config fields (save, activations_on_cpu)."""
+    v = values_of(command, given)
+    return RunOptions(force, v.get("save"), bool(v.get("activations_on_cpu")))

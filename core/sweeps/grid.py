@@ -1,0 +1,138 @@
+"""A sweep's grid: methods × sparsities × patterns × allocations × calibration seeds, resolved
+into the ordered, deduplicated ``RunConfig``s that compute it, dense baselines first.
+
+Validation happens here, once, before any work: an empty axis, a point no method accepts
+(an N:M pattern for SliceGPT, an unknown option), or one the model's shapes forbid (an M that
+does not divide a linear's input width, a slicing fraction that leaves no dimension, a window
+longer than the context) raises ``ConfigError`` naming the point. The shape checks are
+``core.runs.plan.check_run``'s, on the model's config only, never its weights.
+
+An N:M point is one run per (method, allocation, seed) at the sparsity the pattern has,
+(M − N)/M: the grid's sparsities apply to unstructured points (N:M masks ignore them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import ConfigError
+from core.names import EVAL
+from core.runs.plan import check_run, prune_run_config, readable_geometry, zeroshot_run_config
+from core.runs.resources import resolve_model_spec
+from core.settings.config import (
+    CalibConfig,
+    EvalConfig,
+    ModelSpec,
+    PruneConfig,
+    RunConfig,
+    ZeroShotConfig,
+)
+from core.settings.patterns import parse_pattern
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What to sweep. Axes are tuples; every combination is one point of the grid."""
+
+    model: ModelSpec
+    methods: tuple[str, ...]
+    sparsities: tuple[float, ...]
+    calib: CalibConfig
+    eval: EvalConfig
+    patterns: tuple[str, ...] = ("unstructured",)
+    allocations: tuple[str, ...] = ("uniform",)
+    seeds: tuple[int, ...] = (0,)  # calibration sampler seeds: the spread over them is reported
+    targets: str = "all"
+    options: tuple[tuple[str, Any], ...] = ()  # applied to every method of the grid
+    zeroshot: ZeroShotConfig | None = None
+    # (method, options) pairs: one method's own options, on top of ``options``
+    method_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    measure: str = (
+        RunConfig.measure
+    )  # every point's (core.settings.config.MEASURES; the run's default)
+
+    def __post_init__(self) -> None:
+        for axis in ("methods", "sparsities", "patterns", "allocations", "seeds"):
+            values = tuple(dict.fromkeys(getattr(self, axis)))  # ordered, without repeats
+            if not values:
+                raise ConfigError(f"the sweep grid is empty: give at least one of {axis}")
+            object.__setattr__(self, axis, values)
+        for s in self.sparsities:
+            if not 0.0 <= s < 1.0:
+                raise ConfigError(f"grid point sparsity={s}: sparsity must be in [0, 1)")
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every combination, N:M patterns collapsed to their own sparsity."""
+        out = []
+        for method, pattern, alloc, seed in itertools.product(
+            self.methods, self.patterns, self.allocations, self.seeds
+        ):
+            nm = parse_pattern(pattern) if pattern != "unstructured" else None
+            grid = ((nm[1] - nm[0]) / nm[1],) if nm else self.sparsities
+            for s in grid:
+                out.append(
+                    {
+                        "method": method,
+                        "sparsity": s,
+                        "pattern": pattern,
+                        "allocation": alloc,
+                        "seed": seed,
+                    }
+                )
+        return out
+
+
+def point_label(p: dict[str, Any]) -> str:
+    return (
+        f"method={p['method']} sparsity={p['sparsity']:g} pattern={p['pattern']} "
+        f"allocation={p['allocation']} seed={p['seed']}"
+    )
+
+
+def point_options(spec: SweepSpec, method: str) -> tuple[tuple[str, Any], ...]:
+    """The grid's shared options with ``method``'s own on top."""
+    own = dict(dict(spec.method_options).get(method, ()))
+    return tuple(sorted({**dict(spec.options), **own}.items()))
+
+
+def plan_point(spec: SweepSpec, model: ModelSpec, p: dict[str, Any]) -> RunConfig:
+    """The config ``plan_prune`` builds for the point (``model`` is already resolved)."""
+    prune = PruneConfig(
+        p["method"],
+        p["sparsity"],
+        p["pattern"],
+        spec.targets,
+        p["allocation"],
+        options=point_options(spec, p["method"]),
+    )
+    calib = dataclasses.replace(spec.calib, seed=p["seed"])
+    return prune_run_config(model, prune, calib, spec.eval, spec.zeroshot, spec.measure)
+
+
+def baselines(spec: SweepSpec, model: ModelSpec) -> list[RunConfig]:
+    """The dense runs every point compares with: perplexity, and accuracy when asked."""
+    out = [RunConfig(EVAL, model, spec.eval)]
+    if spec.zeroshot is not None:
+        out.append(zeroshot_run_config(model, spec.zeroshot))
+    return out
+
+
+def resolve_grid(spec: SweepSpec, device: str | None = None) -> list[RunConfig]:
+    """Dense baselines first, then every point in grid order, each run id once. Raises
+    ConfigError naming the first invalid point before anything runs. ``device``: where
+    remote workers run (``resolve_model_spec``)."""
+    model = resolve_model_spec(spec.model, device)
+    geo = readable_geometry(model)
+    configs = baselines(spec, model)
+    for p in spec.points():
+        try:
+            cfg = plan_point(spec, model, p)
+            if geo is not None:
+                check_run(cfg, geo)
+        except ConfigError as exc:
+            raise ConfigError(f"grid point {point_label(p)}: {exc}") from exc
+        configs.append(cfg)
+    return list({c.run_id: c for c in configs}.values())
