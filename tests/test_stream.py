@@ -1,5 +1,5 @@
 """Layer-at-a-time for real (issue #16): a model folder streamed from safetensors gives the
-same masks and perplexities as the in-memory model, holds one decoder layer's weights at a
+same masks as the in-memory model and its perplexities to float tolerance, holds one decoder layer's weights at a
 time, writes a folder plain transformers reloads, and leaves nothing behind when it fails."""
 
 import pytest
@@ -19,7 +19,15 @@ from core.stream.pipeline import open_streamed, perplexity_streamed, prune_strea
 from core.stream.residency import materialised
 
 CPU = torch.device("cpu")
-EAGER = {"attn_implementation": "eager"}  # as the tiny models are built: bit-identical
+EAGER = {"attn_implementation": "eager"}  # the attention kernel the tiny models are built with
+# Perplexities of the streamed walk (one decoder unit at a time, activations handed between
+# units) against the in-memory whole-model forward are compared to this relative tolerance,
+# not bit for bit: the two paths call the same modules, but on another CPU the BLAS may block
+# a GEMM differently for a differently laid-out input (seen: 9e-8 relative on an AVX-512 CPU).
+# 1e-6 is ~10 float32 ulps of an NLL near 5. Masks and weights, on the other hand, are compared
+# exactly: both paths capture the calibration inputs and run the layer-wise runner with the
+# same code on the same float32 weights, one layer at a time.
+NLL_REL = 1e-6
 CONFIGS = {
     "wanda": PruneConfig(method="wanda", sparsity=0.5),
     "sparsegpt": PruneConfig(method="sparsegpt", sparsity=0.5),
@@ -64,18 +72,15 @@ def test_in_memory_layerwise_perplexity_equals_the_whole_model_forward():
     win = _ids(6, seed=1)
     ref = evaluate_perplexity(model, win, 4)
     got = layerwise_perplexity(ModelAdapter.from_model(model), win, 4, Offload(model, CPU), CPU)
-    assert got.window_nll == ref.window_nll
+    assert got.window_nll == pytest.approx(ref.window_nll, rel=NLL_REL)
 
 
 def test_streamed_dense_perplexity_is_identical_and_holds_one_layer(source):
     win = _ids(6, seed=1)
     ref = evaluate_perplexity(build_tiny_model("tiny-llama").eval(), win, 4)
     got, peak = perplexity_streamed(source, win, 4, activations_on_cpu=True)
-    # Not bit for bit: the streamed walk runs each decoder layer on its own (layer by layer,
-    # activations moved to the CPU between units) while the reference runs the whole model in
-    # one forward, so the kernels may block the same sums differently (seen: 5e-8 relative on
-    # an AVX-512 CPU). 1e-6 relative is ~10 float32 ulps of an NLL near 5.
-    assert got.window_nll == pytest.approx(ref.window_nll, rel=1e-6)
+    # here the streamed skeleton also runs transformers' default attention kernel (sdpa)
+    assert got.window_nll == pytest.approx(ref.window_nll, rel=NLL_REL)
     sizes = _unit_sizes(build_tiny_model("tiny-llama"))
     assert peak == max(sizes.values()) == sizes["layer0"]  # one decoder layer, never two
 
@@ -98,10 +103,10 @@ def test_streamed_pruning_gives_the_in_memory_masks_and_perplexity(source, tmp_p
     win = _ids(6, seed=1)
     ref = evaluate_perplexity(lm.model, win, 4)
     streamed, _ = perplexity_streamed(tmp_path / method, win, 4, **EAGER)
-    assert streamed.window_nll == ref.window_nll
+    assert streamed.window_nll == pytest.approx(ref.window_nll, rel=NLL_REL)
     # float tolerance: plain transformers picks its own attention kernel (sdpa)
     assert evaluate_perplexity(reloaded, win, 4).window_nll == pytest.approx(
-        streamed.window_nll, rel=1e-6
+        streamed.window_nll, rel=NLL_REL
     )
 
 
@@ -113,10 +118,10 @@ def test_streamed_slicegpt_matches_in_memory_and_reloads(source, tmp_path):
     win = _ids(6, seed=1)
     ref = evaluate_perplexity(lm.model, win, 4)
     streamed, peak = perplexity_streamed(tmp_path / "sliced", win, 4, **EAGER)
-    assert streamed.window_nll == pytest.approx(ref.window_nll, rel=1e-6)
+    assert streamed.window_nll == pytest.approx(ref.window_nll, rel=NLL_REL)
     assert peak <= max(_unit_sizes(lm.model).values())
     reloaded = load_sliced(tmp_path / "sliced")
-    assert evaluate_perplexity(reloaded, win, 4).ppl == pytest.approx(streamed.ppl, rel=1e-6)
+    assert evaluate_perplexity(reloaded, win, 4).ppl == pytest.approx(streamed.ppl, rel=NLL_REL)
 
 
 def test_a_failure_mid_layer_leaves_no_output_folder(source, tmp_path, monkeypatch):
@@ -145,6 +150,7 @@ def test_linear_inputs_stream_like_in_memory(source):
     X, rope = linear_inputs(ModelAdapter.from_model(model), ids, "q", CPU)
     lm, offload = open_streamed(source, **EAGER)
     Xs, rope_s = linear_inputs(lm.adapter, ids, "q", CPU, offload=offload)
+    # exact: the same capture code on the same float32 weights (see NLL_REL)
     assert all(torch.equal(X[i], Xs[i]) for i in X)
     # rope: {layer: (cos, sin)}, each (L, head_dim)
     assert all(torch.equal(a, b) for i in rope for a, b in zip(rope[i], rope_s[i], strict=True))
@@ -177,7 +183,7 @@ def test_tied_embeddings_stream_like_in_memory(tmp_path, method):
     win = _ids(6, seed=1)
     got, _ = perplexity_streamed(tmp_path / "out", win, 4, **EAGER)
     assert got.window_nll == pytest.approx(
-        evaluate_perplexity(lm.model, win, 4).window_nll, rel=1e-6
+        evaluate_perplexity(lm.model, win, 4).window_nll, rel=NLL_REL
     )
 
 
@@ -223,18 +229,21 @@ FAMILY_MODELS = ["tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-phi3", "tiny-
 def test_every_family_streams_like_in_memory_one_layer_at_a_time(tmp_path, name):
     """Per-layer-kind kwargs (Gemma-3's sliding and global layers), fused projections (Phi-3),
     learned positions (OPT) and tied heads stream as they run in memory: dense perplexity and
-    Wanda's pruned perplexity identical, one decoder layer materialised at a time."""
+    Wanda's pruned perplexity equal to float tolerance, one decoder layer materialised at a time."""
     model = build_tiny_model(name).eval()
     model.save_pretrained(tmp_path / "src")
     win = _ids(3, seed=1)
     got, peak = perplexity_streamed(tmp_path / "src", win, 4, **EAGER)
-    assert got.window_nll == evaluate_perplexity(model, win, 4).window_nll
+    assert got.window_nll == pytest.approx(
+        evaluate_perplexity(model, win, 4).window_nll, rel=NLL_REL
+    )
     assert peak <= max(_unit_sizes(model).values())
     lm = LoadedModel(model, None, adapter_for(model), name, "tiny")
     apply_prune(lm, CONFIGS["wanda"], _ids(4), CPU)
     run = prune_streamed(tmp_path / "src", tmp_path / "w", CONFIGS["wanda"], _ids(4), **EAGER)
     pruned, _ = perplexity_streamed(run.folder, win, 4, **EAGER)
-    assert pruned.window_nll == evaluate_perplexity(lm.model, win, 4).window_nll
+    want = evaluate_perplexity(lm.model, win, 4).window_nll
+    assert pruned.window_nll == pytest.approx(want, rel=NLL_REL)
 
 
 def test_streamed_slicegpt_on_gemma3_matches_in_memory_and_reloads(tmp_path):
@@ -250,11 +259,11 @@ def test_streamed_slicegpt_on_gemma3_matches_in_memory_and_reloads(tmp_path):
     win = _ids(3, seed=1)
     ref = evaluate_perplexity(lm.model, win, 4)
     streamed, peak = perplexity_streamed(run.folder, win, 4, **EAGER)
-    assert streamed.window_nll == pytest.approx(ref.window_nll, rel=1e-6)
+    assert streamed.window_nll == pytest.approx(ref.window_nll, rel=NLL_REL)
     assert peak <= max(_unit_sizes(lm.model).values())
     reloaded = load_sliced(run.folder, attn_implementation="eager")
     assert evaluate_perplexity(reloaded, win, 4).window_nll == pytest.approx(
-        ref.window_nll, rel=1e-6
+        ref.window_nll, rel=NLL_REL
     )
 
 

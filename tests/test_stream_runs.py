@@ -68,7 +68,12 @@ def test_streamed_prune_gives_the_in_memory_run(capsys, tmp_path, folder, method
     mem, st = runs["memory"], runs["stream"]
     assert st["run_id"] != mem["run_id"] and st["config"]["model"]["stream"] is True
     assert "stream" not in mem["config"]["model"]  # ids of in-memory runs unchanged
-    for key in (*COMPARED, *SPARSITY):
+    # Perplexities to float tolerance (the streamed walk against the whole-model forward: see
+    # NLL_REL in tests/test_stream.py); sparsities, masks and weights exactly (the same runner
+    # code on the same float32 weights, one layer at a time).
+    for key in COMPARED:
+        assert st["metrics"][key] == pytest.approx(mem["metrics"][key], rel=1e-6), key
+    for key in SPARSITY:
         assert st["metrics"][key] == mem["metrics"][key], key
     # the same weights, hence masks, whether saved whole or written shard by shard
     a, b = _tensors(tmp_path / "memory"), _tensors(tmp_path / "stream")
@@ -78,7 +83,7 @@ def test_streamed_prune_gives_the_in_memory_run(capsys, tmp_path, folder, method
     for table in ("layers", "allocation", "eval_windows"):
         ta = _table(store_root, mem["run_id"], table).drop(columns="seconds", errors="ignore")
         tb = _table(store_root, st["run_id"], table).drop(columns="seconds", errors="ignore")
-        pd.testing.assert_frame_equal(ta, tb)
+        pd.testing.assert_frame_equal(ta, tb, check_exact=False, rtol=1e-6)
     # the dense baseline was streamed too (its own run) and agrees
     dense = RunStore(store_root).load(st["metrics"]["dense_run"])
     assert dense.config["model"]["stream"] is True
@@ -105,7 +110,7 @@ def test_streamed_slice_and_eval_give_the_in_memory_numbers(capsys, tmp_path, fo
         code, out, err = _run(capsys, *argv, "--store", str(store_root), "--json", *extra)
         assert code == 0, err
         evals[mode] = json.loads(out)["metrics"]
-    assert evals["stream"]["ppl"] == evals["memory"]["ppl"]
+    assert evals["stream"]["ppl"] == pytest.approx(evals["memory"]["ppl"], rel=1e-6)
 
 
 @pytest.mark.parametrize(
