@@ -76,7 +76,7 @@ class AutogradObjective:
 
 
 @dataclass
-class Run:
+class Descent:
     """Iterates of a descent run: xs (kept only where asked), values and gradients' norms."""
 
     values: list[float] = field(default_factory=list)
@@ -85,10 +85,10 @@ class Run:
     grads: dict[int, Tensor] = field(default_factory=dict)  # step -> ∇L(x_t)
 
 
-def descend(obj: Objective, x0: Tensor, steps: int, eta: float = 1.0) -> Run:
+def descend(obj: Objective, x0: Tensor, steps: int, eta: float = 1.0) -> Descent:
     """GD with descent-lemma backtracking (η doubles before each step, halves on failure):
     the independent run for L* and the controls' judged trajectory. Keeps every iterate."""
-    run = Run()
+    run = Descent()
     x, (value, g) = x0.clone(), obj.value_grad(x0)
     for t in range(steps + 1):
         run.values.append(value)
@@ -142,7 +142,7 @@ def _fit(x: list[float], y: list[float]) -> tuple[float, float, float]:
 
 def check_assumptions(
     obj: Objective,
-    judged: Run,
+    judged: Descent,
     *,
     box: tuple[float, float] = (0.0, 1.0),
     lower_bound: float = 0.0,

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from core.errors import ConfigError
-from core.methods.attention_gd.diagnostics import Run
+from core.methods.attention_gd.diagnostics import Descent
 from core.methods.attention_gd.objective import GroupProblem, HeadExtras, LossGrad
 from core.methods.attention_gd.options import DTYPES, INITS, AttentionGDOptions
 from core.methods.wanda import wanda_scores
@@ -89,7 +89,7 @@ class GroupResult:
     problem: GroupProblem
     lam: float  # the λ of the last stage
     trajectory: list[dict[str, Any]]
-    run: Run = field(repr=False)
+    run: Descent = field(repr=False)
     evaluations: int = 0
     seconds: float = 0.0
 
@@ -155,7 +155,7 @@ def gd_prune_group(
     lam = stages[0][0]
     ev = problem.loss_and_grad(Mq, Mk, lam)
     evals, step_no, rows = 1, 0, []
-    run = Run()
+    run = Descent()
     eta = options.eta if options.eta is not None else 1.0
     if options.step == "auto":
         curvature = _curvature(problem, Mq, Mk, lam, options.power_iters, ev)
@@ -186,7 +186,7 @@ def gd_prune_group(
         if stage > 0:  # same M, new λ: only the penalty changes
             ev = problem.loss_and_grad(Mq, Mk, lam)
             evals += 1
-            run = Run()  # the checks judge the last stage: a single objective
+            run = Descent()  # the checks judge the last stage: a single objective
         record()
         for _ in range(cap):
             if _norm(ev.grad_q, ev.grad_k) == 0.0:
