@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from core.errors import PruneScopeError
-from pages.common import FRAME_KEY, device_info, get_store, list_runs
+from pages.common import FRAME_KEY, device_info, get_store, list_runs, show_store_error
 from pages.starters import demo_progress
 
 st.set_page_config(page_title="PruneScope", page_icon=":material/content_cut:", layout="wide")
@@ -27,9 +27,14 @@ PAGES = [
 
 try:
     store = get_store()
-except PruneScopeError as exc:  # e.g. $PRUNESCOPE_HOME not writable: say so and stop
-    st.error(str(exc))
-    st.stop()
+except PruneScopeError as exc:  # not writable, or a damaged index (offers the rebuild)
+    show_store_error(exc)
+reindexed = st.session_state.pop("reindexed", None)
+if reindexed is not None:
+    st.success(
+        f"Index rebuilt from {reindexed.runs} run folder(s); the old one is kept as "
+        f"{', '.join(reindexed.kept_aside) or '-'}"
+    )
 if "reconciled" not in st.session_state:  # once per browser session
     store.reconcile()
     st.session_state["reconciled"] = True

@@ -22,6 +22,10 @@ class StoreError(PruneScopeError):
     """The results store cannot be written or read."""
 
 
+class StoreIndexError(StoreError):
+    """The store's index (index.sqlite) is damaged; its run folders can rebuild it."""
+
+
 class NumericalError(PruneScopeError):
     """A numerical procedure failed (e.g. a Hessian that stays non positive-definite)."""
 

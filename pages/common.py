@@ -13,8 +13,9 @@ import pandas as pd
 import streamlit as st
 
 from core import jobs
-from core.errors import PruneScopeError
+from core.errors import PruneScopeError, StoreIndexError
 from core.names import STAGES
+from core.store.reindex import damage_message, index_damage, rebuild_index
 from core.store.run_store import RunRecord, RunStore, default_root
 
 FRAME_KEY = "_frame_ran"  # set by app.py on every run
@@ -39,8 +40,30 @@ def _open_store(root: str) -> RunStore:
 
 
 def get_store() -> RunStore:
-    """The results store at $PRUNESCOPE_HOME (read at call time, so tests can point it)."""
-    return _open_store(str(default_root()))
+    """The results store at $PRUNESCOPE_HOME (read at call time, so tests can point it).
+    Its index is checked on every call (a stat and its 100-byte header): a store opened
+    earlier whose index was damaged since raises StoreIndexError, not a query's error."""
+    root = str(default_root())
+    problem = index_damage(root)
+    if problem is not None:
+        raise StoreIndexError(damage_message(root, problem))
+    return _open_store(root)
+
+
+def show_store_error(exc: PruneScopeError) -> None:
+    """The store cannot be opened: its one message, then stop the page. A damaged index
+    (core.store.reindex) also gets a button that rebuilds it from the run folders, as
+    ``python -m core runs reindex`` does."""
+    st.error(str(exc))
+    if isinstance(exc, StoreIndexError) and st.button(
+        "Rebuild the index from the run folders", icon=":material/build:", type="primary"
+    ):
+        done = rebuild_index(default_root())
+        _open_store.clear()
+        _listed.clear()
+        st.session_state["reindexed"] = done
+        st.rerun()
+    st.stop()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -26,7 +26,7 @@ import transformers
 
 from core.cli import sweep_command as cli_sweep
 from core.cli.output import TqdmProgress, print_human
-from core.errors import ConfigError, PruneScopeError
+from core.errors import ConfigError, PruneScopeError, StoreError
 from core.families import family_support, method_patterns
 from core.methods import available_methods, get_method
 from core.runs import RunOptions, effdim_report, execute
@@ -36,7 +36,8 @@ from core.settings.request import (
     plan_request,
     run_options,
 )
-from core.store.run_store import RunStore
+from core.store.reindex import rebuild_index
+from core.store.run_store import RunStore, default_root
 
 log = logging.getLogger("core.cli.main")
 
@@ -52,6 +53,7 @@ RUNS_ACTIONS = {
     "show": "one run's config and metrics",
     "delete": "delete a run",
     "export": "copy a run's folder",
+    "reindex": "rebuild the store's index from its run folders (the old index is kept aside)",
 }
 
 
@@ -61,6 +63,14 @@ def _add_field(group: argparse._ArgumentGroup, f: Field) -> None:
         group.add_argument(f.flag, action="store_true", help=f.help)
     elif f.kind == LIST:
         group.add_argument(f.flag, action="append", default=[], metavar="KEY=VALUE", help=f.help)
+    elif f.kind == CHOICE and set(f.choices or ()) == {"auto", "on", "off"}:
+        # --stream [auto|on|off]: the bare flag forces it on, --no-stream off
+        group.add_argument(
+            f.flag, nargs="?", const="on", default=f.default, choices=f.choices, help=f.help
+        )
+        group.add_argument(
+            "--no-" + f.flag.removeprefix("--"), dest=f.name, action="store_const", const="off"
+        )
     else:
         typ = {INT: int, FLOAT: float}.get(f.kind)
         # Only closed sets are argparse choices; a method name is checked by the registry.
@@ -116,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
     for name, helptext in RUNS_ACTIONS.items():
         rp = rsub.add_parser(name, help=helptext)
-        if name != "list":
+        if name not in ("list", "reindex"):
             rp.add_argument("run_id", help="run id (a unique prefix is enough)")
         if name == "export":
             rp.add_argument("dest", help="destination folder")
@@ -184,7 +194,19 @@ def cmd_methods() -> dict[str, Any]:
     return {"methods": out, "families": family_support()}
 
 
+def cmd_reindex(root: str | None) -> dict[str, Any]:
+    """``runs reindex``: rebuild the index from the run folders (core.store.reindex)."""
+    root_path = Path(root).expanduser() if root is not None else default_root()
+    if not (root_path / "runs").is_dir():
+        raise StoreError(f"{root_path} holds no results store (no runs/ folder)")
+    done = rebuild_index(root_path)
+    RunStore(root_path)  # the rebuilt index opens (and reconciles) as any other
+    return {"store": str(root_path), **dataclasses.asdict(done)}
+
+
 def cmd_runs(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]]:
+    if args.runs_command == "reindex":
+        return cmd_reindex(args.store)
     store = RunStore(args.store)
     if args.runs_command == "list":
         return [

@@ -14,8 +14,10 @@ A run is written into ``tmp/`` and renamed into ``runs/`` only when complete; th
 goes from 'running' to 'done' after the rename, so a crash never leaves a half-written run
 marked done. A running job refreshes its row's heartbeat (core.store.heartbeat); on open, rows
 whose heartbeat went stale (or whose pid died on this host) are marked 'interrupted', so
-several hosts can share a store. ``import_run`` publishes a finished run folder from another
-store (a sweep worker's) atomically under its run id.
+several hosts can share a store. The index only caches what the run folders hold: a missing
+one is rebuilt from them, a damaged one is named with the way out (``core.store.reindex``).
+``import_run`` publishes a finished run folder from another store (a sweep worker's)
+atomically under its run id.
 """
 
 from __future__ import annotations
@@ -36,22 +38,15 @@ import torch
 from platformdirs import user_data_dir
 from safetensors.torch import save_file
 
-from core.errors import StoreError
+from core.errors import StoreError, StoreIndexError
 from core.settings.config import RunConfig
 from core.store.heartbeat import STALE_S, Heartbeat, pid_alive, run_alive
 from core.store.record import Run, RunRecord
+from core.store.reindex import INSERT, damage_message, is_corruption, open_index, row_values
 
 __all__ = ["Run", "RunRecord", "RunStore", "RunWriter", "pid_alive"]
 
 log = logging.getLogger(__name__)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL,
-    created REAL NOT NULL, finished REAL, model TEXT, method TEXT, sparsity REAL,
-    pattern TEXT, dataset TEXT, summary TEXT, config TEXT NOT NULL, error TEXT,
-    pid INTEGER, host TEXT, heartbeat REAL
-)"""
 
 
 def default_root() -> Path:
@@ -69,14 +64,12 @@ class RunStore:
         try:
             for sub in ("runs", "tmp", "progress"):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
-            with self._db() as db:
-                db.execute(_SCHEMA)
-                cols = {r["name"] for r in db.execute("PRAGMA table_info(runs)")}
-                if "heartbeat" not in cols:  # an index written before heartbeats existed
-                    db.execute("ALTER TABLE runs ADD COLUMN heartbeat REAL")
+            open_index(self.root)  # rebuilt when missing; StoreIndexError when damaged
             probe = self.root / "tmp" / f".probe-{uuid.uuid4().hex}"
             probe.write_text("ok")
             probe.unlink()
+        except StoreIndexError:
+            raise
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"results store at {self.root} is not writable: {exc}") from exc
         self.reconcile()
@@ -89,13 +82,22 @@ class RunStore:
         return db
 
     def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
-        db = self._db()
+        try:
+            db = self._db()
+        except sqlite3.Error as exc:
+            raise self._index_error(exc) from exc
         try:
             return db.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
-            raise StoreError(f"results store {self.root}: {exc}") from exc
+            raise self._index_error(exc) from exc
         finally:
             db.close()
+
+    def _index_error(self, exc: sqlite3.Error) -> StoreError:
+        """A damaged index says so (and how to rebuild it); other errors as they are."""
+        if is_corruption(exc):
+            return StoreIndexError(damage_message(self.root, str(exc)))
+        return StoreError(f"results store {self.root}: {exc}")
 
     def version(self) -> tuple[int, ...]:
         """A stamp that changes whenever the index does (every write lands in SQLite's WAL
@@ -227,34 +229,7 @@ class RunStore:
         return RunWriter(self, run_id, tmp, config)
 
     def _insert(self, config: RunConfig, status: str, summary: dict, pid, host) -> None:
-        d = config.to_dict()
-        prune = d.get("prune") or {}
-        data = ((d.get("eval") or {}).get("data") or {}).get("dataset")
-        if config.kind == "zeroshot":  # its eval field is unused: show the tasks instead
-            data = "tasks: " + ",".join((d["extra"].get("zeroshot") or {}).get("tasks") or [])
-        now = time.time()
-        self._query(
-            "INSERT OR REPLACE INTO runs (id, kind, status, created, finished, model, method,"
-            " sparsity, pattern, dataset, summary, config, pid, host, heartbeat)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                config.run_id,
-                config.kind,
-                status,
-                now,
-                None if status == "running" else now,
-                config.model.name,
-                prune.get("method"),
-                prune.get("sparsity"),
-                prune.get("pattern"),
-                data,
-                json.dumps(summary, default=str),
-                config.canonical_json(),
-                pid,
-                host,
-                now,
-            ),
-        )
+        self._query(INSERT, row_values(config, status, summary, pid, host))
 
     def import_run(self, folder: str | Path) -> bool:
         """Publish a finished run folder of another store (a worker's) under its run id.
