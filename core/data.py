@@ -36,6 +36,10 @@ LOCAL_FILES: dict[tuple[str, str], tuple[str, ...]] = {
 }
 C4_EVAL_DOCS = 1100  # SparseGPT/Wanda c4 eval: " ".join(first 1100 validation docs)
 C4_EVAL_WINDOWS = 256  # ... truncated to 256 windows
+TEXT_SAMPLE_BYTES = 1 << 20  # how much of a file:<path> corpus is checked for being text
+# Share of undecodable or control characters a text may hold: Latin-1 prose read as UTF-8
+# loses its accented letters (~3-12% of characters), random bytes ~60%.
+MAX_NON_TEXT = 0.25
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ def _read_docs(path: Path) -> list[str]:
     """jsonl: the 'text' field of each row; txt/raw: one document per line (HF wikitext rows)."""
     if path.suffix == ".jsonl":
         docs = []
-        with path.open(encoding="utf-8") as fh:
+        with path.open(encoding="utf-8", errors="replace") as fh:
             for n, line in enumerate(fh, 1):
                 if line.strip():
                     try:
@@ -155,9 +159,34 @@ def _pydoc_corpus(split: str) -> Corpus:
     )
 
 
-def _file_corpus(path: Path, split: str) -> Corpus:
+def check_text_file(path: str | Path) -> None:
+    """DataError unless ``path`` is an existing text file. The rule, on its first MiB: no
+    NUL byte, and at most ``MAX_NON_TEXT`` of its characters undecodable as UTF-8 or control
+    characters other than whitespace. A text in another 8-bit encoding (accented letters
+    here and there) passes; an image, archive, weights file or random bytes do not: a
+    model would otherwise be 'evaluated' on byte noise and the run stored as if it meant
+    something."""
+    path = Path(path).expanduser()
     if not path.is_file():
         raise DataError(f"text file {path} does not exist")
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(TEXT_SAMPLE_BYTES)
+    except OSError as exc:
+        raise DataError(f"text file {path} cannot be read: {exc}") from exc
+    text = head.decode("utf-8", errors="replace")
+    if len(head) == TEXT_SAMPLE_BYTES:  # a character cut at the sample's end is not noise
+        text = text[:-4]
+    bad = sum(1 for c in text if c == "\ufffd" or (c < " " and c not in "\t\n\r\f\v"))
+    if b"\x00" in head or bad > MAX_NON_TEXT * max(1, len(text)):
+        raise DataError(
+            f"{path} is not a text file ({bad} of its first {len(text)} characters are not "
+            "text); a corpus must be UTF-8 text (.txt, or .jsonl with a 'text' field)"
+        )
+
+
+def _file_corpus(path: Path, split: str) -> Corpus:
+    check_text_file(path)
     if path.suffix == ".jsonl":
         docs = [d for d in _read_docs(path) if d.strip()]
     else:

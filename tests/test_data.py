@@ -53,3 +53,47 @@ def test_text_file_shorter_than_a_window(tiny, tmp_path):
 def test_hub_unreachable_gives_clear_error():
     with pytest.raises(DataError, match="data-dir"):
         load_corpus(DataSpec("c4", "validation", None))
+
+
+# ---- a corpus must be text (core.data.check_text_file) ------------------------------------------
+def test_binary_file_corpus_is_refused(tmp_path):
+    """Negative control: 4 KB of random bytes, a NUL-free binary and a binary .jsonl."""
+    import os
+
+    noise = tmp_path / "noise.bin"
+    noise.write_bytes(os.urandom(4096))
+    high = tmp_path / "high.txt"  # no NUL: caught by its undecodable bytes alone
+    high.write_bytes(bytes(range(128, 256)) * 32)
+    lines = tmp_path / "x.jsonl"
+    lines.write_bytes(b'{"text": "a"}\n' + os.urandom(2048))
+    for path in (noise, high, lines):
+        with pytest.raises(DataError, match="is not a text file"):
+            load_corpus(DataSpec(f"file:{path}"))
+
+
+def test_text_in_other_encodings_is_accepted(tmp_path):
+    """Positive control: UTF-8 text, Latin-1 prose with a few accented letters, and UTF-8 text
+    whose 1 MiB sample ends inside a multi-byte character are all text."""
+    prose = "Le château était déjà fermé quand nous sommes arrivés à la forêt.\n\n" * 40
+    utf8, latin = tmp_path / "utf8.txt", tmp_path / "latin1.txt"
+    utf8.write_text(prose, encoding="utf-8")
+    latin.write_bytes(prose.encode("latin-1"))
+    cut = tmp_path / "cut.txt"
+    cut.write_bytes(b"a" * (2**20 - 1) + "é".encode() + b"\n\nmore text")
+    for path in (utf8, latin, cut):
+        assert load_corpus(DataSpec(f"file:{path}")).documents
+
+
+def test_cli_refuses_a_binary_corpus_before_loading(tmp_path, capsys):
+    import os
+
+    from core.cli.main import main
+
+    noise = tmp_path / "noise.bin"
+    noise.write_bytes(os.urandom(4096))
+    store = tmp_path / "store"
+    argv = ["eval", "--model", "tiny-llama", "--dataset", f"file:{noise}", "--store", str(store)]
+    assert main([*argv, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "is not a text file" in err
+    assert not (store / "runs").exists() or not any((store / "runs").iterdir())

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from core.data import default_data_dir
+from core.data import check_text_file, default_data_dir
 from core.errors import ConfigError
 from core.models.catalog import check_model_name
 from core.runs import RunOptions, plan_eval, plan_prune, plan_slice, plan_sweep, plan_zeroshot
@@ -139,6 +139,7 @@ def data_spec(name: str, split: str | None, data_dir: str | None, role: str = "e
         split = "train" if role == "calib" else ("validation" if name == "c4" else "test")
     if name.startswith("file:"):
         name = "file:" + _absolute(name.removeprefix("file:"))
+        check_text_file(name.removeprefix("file:"))  # before any model is loaded
     data_dir = (data_dir or default_data_dir()) if name in ("wikitext2", "c4") else None
     return DataSpec(name, split, _absolute(data_dir))
 
