@@ -3,7 +3,7 @@
     python bench/attention_gd.py [--sparsities 0.3 0.5 0.7] [--seeds 0 1 2] [--layers 15] [--ppl-sparsities 0.5]
         [--nsamples 4] [--seqlen 64] [--max-windows 16] [--steps 20] [--store DIR]
 
-Protocol (issue #13). The embedded model; only q_proj/k_proj are pruned, everything else stays
+Protocol. The embedded model; only q_proj/k_proj are pruned, everything else stays
 dense. For every calibration seed (C4 train, nsamples × seqlen tokens) the dense q_proj inputs
 of the sweep layers are captured once; every GD configuration and the three baselines prune
 those layers from the same inputs (layer-wise, not sequential), and the relative attention

@@ -5,7 +5,7 @@
 
 e.g. only SparseGPT: --only "sparsegpt 50%" "sparsegpt 50% exact" "sparsegpt 2:4"
 
-Protocol (issue #3): calibration 32 x 512 tokens from the C4 train head (seed 0), evaluation on
+Protocol: calibration 32 x 512 tokens from the C4 train head (seed 0), evaluation on
 the first 64 windows of 512 tokens of WikiText-2 test. Each configuration runs in its own
 process through the CLI (``python -m core prune --json``), so peak RSS is per configuration.
 Prints one table: perplexity, pruning seconds, peak RSS of the pruning phase beside its
@@ -26,7 +26,7 @@ CONFIGS: list[tuple[str, list[str]]] = [
     ("magnitude 50%", ["--method", "magnitude", "--sparsity", "0.5"]),
     ("wanda 50%", ["--method", "wanda", "--sparsity", "0.5"]),
     ("sparsegpt 50%", ["--method", "sparsegpt", "--sparsity", "0.5"]),
-    # issue #19: the exact-count mask selection beside the reference's threshold (default)
+    # the exact-count mask selection beside the reference's threshold (default)
     (
         "sparsegpt 50% exact",
         ["--method", "sparsegpt", "--sparsity", "0.5", "--option", "selection=exact"],

@@ -4,10 +4,10 @@ dimension of Wanda / SparseGPT models.
     python bench/repdim_sweep.py [--models smollm2-135m,gemma3-270m] [--sparsities 0,0.1,...,0.6]
                                  [--seeds 42,0,1] [--store DIR]
 
-Protocol (issue #4), the same for every model of ``--models`` (default: ``--model``, the
-embedded model; issue #15 runs it on SmolLM2-135M and Gemma-3-270M): SliceGPT calibrated on 32 x 512 tokens of the
-WikiText-2 train subset (seeds 42, 0, 1: the intervals resample them); Wanda / SparseGPT calibrated on 32 x 512 tokens of the C4
-train head (seed 0) at 30/50/70% unstructured; evaluation on the first 64 windows of 512
+Protocol, the same for every model of ``--models`` (default: ``--model``, the embedded model):
+SliceGPT calibrated on 32 x 512 tokens of the WikiText-2 train subset (seeds 42, 0, 1: the
+intervals resample them); Wanda / SparseGPT calibrated on 32 x 512 tokens of the C4 train head
+(seed 0) at 30/50/70% unstructured; evaluation on the first 64 windows of 512
 tokens of WikiText-2 test. Prints the sweep table (d′, kept parameters,
 perplexity and ln PPL0/ln PPL with 95% intervals, the paper's prediction), a and b with their
 intervals against s and s_eff and the verdicts that read them, perplexity at matched kept
@@ -209,7 +209,7 @@ def side_by_side(results: dict) -> None:
         )
 
 
-# microsoft/TransformerCompression @6b12cde, run on this machine by the issue's author (#14):
+# microsoft/TransformerCompression @6b12cde, run on this machine (docs/benchmarks.md):
 # SmolLM2-135M, s = 0.25, C4 train 32 x 512 (seed 0, its document sampler), first 64 x 512
 # WikiText-2 test windows. An external measurement, printed as such; ours is computed below.
 REFERENCE_C4_PPL = {0.25: 195.0}
@@ -234,7 +234,7 @@ def reference_table(args, model, c4, evalc, store) -> None:
         ours = f"{iv.estimate:.2f} [{iv.lo:.2f}, {iv.hi:.2f}]"
         print(f"{s:>5.2f}{ours:>28}{ref:>11.1f}{iv.estimate / ref - 1:>+8.1%}")
     print(
-        "  same calibration tensor fed to both codes (issue #14's controlled experiment): "
+        "  same calibration tensor fed to both codes (docs/benchmarks.md): "
         "they agree within 0.6%; the gap is the calibration draw (document vs window sampler)"
     )
 

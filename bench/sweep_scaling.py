@@ -3,7 +3,7 @@ local executor (this process / a 2-process pool) and on a private Ray cluster (1
 
     python bench/sweep_scaling.py [--points 8] [--settings local-1,local-2,ray-1,ray-2]
 
-Protocol (issue #17): magnitude and Wanda at s = 0.3, 0.4, 0.5, 0.6 (8 configurations) on the
+Protocol: magnitude and Wanda at s = 0.3, 0.4, 0.5, 0.6 (8 configurations) on the
 embedded model (float32, CPU), calibrated on 8 x 128 tokens of WikiText-2 train (seed 0),
 perplexity on the first 8 windows of 128 tokens of WikiText-2 test, so one run takes tens of
 seconds. Every setting starts from an empty store and computes the dense baseline first (one

@@ -3,7 +3,7 @@ relation ln(acc/acc0) against (1 - s).
 
     python bench/zeroshot.py [--sparsities 0.1,0.2,0.3] [--limit 200] [--tasks all] [--store DIR]
 
-Protocol (issue #7): the embedded model (float32); SliceGPT calibrated on 32 x 512 tokens of
+Protocol: the embedded model (float32); SliceGPT calibrated on 32 x 512 tokens of
 the WikiText-2 train subset (seed 42), as in bench/repdim_sweep.py; perplexity on the first 64
 windows of 512 tokens of WikiText-2 test; zero-shot on the first --limit items of each task
 from shared/data/tasks, scored through lm-evaluation-harness (acc, acc_norm). Prints acc and

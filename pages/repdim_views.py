@@ -64,7 +64,7 @@ def _chart(version: tuple, group: object, budget: str, _df: pd.DataFrame):
 
 
 def matched_budgets(records: list[RunRecord], version: tuple) -> None:
-    """Every method at equal remaining parameters (or latency): issue #14's comparison.
+    """Every method at equal remaining parameters (or latency), not at equal "sparsity".
     ``version``: the store's (RunStore.version), the key of the cached tables and chart."""
     st.subheader("Trade-offs at matched budgets")
     points = _points(version, records)

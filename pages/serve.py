@@ -2,19 +2,17 @@
 
 Streamlit runs every session's script inside the server process, so whatever a page imports or
 caches per process is paid by the first visitor after a start: torch, transformers and the run
-stack (~3 s on 2 CPUs), the default model's shape for the time estimates (~0.75 s: the GGUF
-header is read with the whole file mapped), its family's modeling code (~1 s, at the first
-attention map) and the CPU's measured speed (~0.2 s). ``warm`` pays them before ``streamlit
-run`` binds its port, so a start takes that much longer and the first page after it costs what
-any later one does (``bench/app_latency.py`` prints both).
+stack, the default model's shape for the time estimates, its family's modeling code (at the
+first attention map) and the CPU's measured speed. ``warm`` pays them before ``streamlit run``
+binds its port, so a start takes that much longer and the first page after it costs what any
+later one does (``bench/app_latency.py`` prints both; figures in docs/benchmarks.md).
 
 Last, ``settle_heap`` freezes what the warm-up built. Streamlit collects garbage after every
 script run (its ``runner.postScriptGC``, a full ``gc.collect(2)``), and with torch,
 transformers, pandas and plotly imported that walks hundreds of thousands of objects while
 holding the GIL, so the server's event loop cannot tell the browser the run has finished
-until it is over: every click and every new prompt paid it (README, "Speed of the app").
-Frozen, the import-time heap (which lives as long as the process anyway) is left out of
-collections, and the collection after a run walks only what pages made since.
+until it is over. Frozen, the import-time heap (which lives as long as the process anyway) is
+left out of collections, and the collection after a run walks only what pages made since.
 
 Nothing here changes what the app does: a warm-up step that fails is logged and skipped, and
 the page then pays for it as before. ``make run`` and the app benches start the app this way.

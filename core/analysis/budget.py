@@ -67,7 +67,7 @@ def matched_table(
 def winner(table: pd.DataFrame, level: float) -> str | None:
     """The series with the lowest perplexity at ``level`` if its interval lies wholly below
     every other series' interval there; None when intervals overlap or fewer than two series
-    reach that level (rule written in the README, "Statistics")."""
+    reach that level (rule written in docs/statistics.md)."""
     at = table[np.isclose(table["level"], level)].sort_values("ppl")
     if len(at) < 2:
         return None

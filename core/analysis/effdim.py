@@ -2,7 +2,7 @@
 
 Paper A's open question is whether the representation dimension governs methods that keep the
 width d (Wanda, SparseGPT, attention-mask pruning). That needs a dimension measured, not set.
-The statistic was chosen before any run was looked at (README, "Statistics"):
+The statistic was chosen before any run was looked at (docs/statistics.md):
 
     PRIMARY = "erank_c": the entropy effective rank exp(H(p)), p = λ / Σλ, of the eigenvalues λ
     of the *centred* covariance of the layer's output tokens, averaged over decoder layers,

@@ -1,6 +1,6 @@
 """Intervals for every fitted number of Paper A, and the verdicts that read them.
 
-The statistics were fixed before any sweep was looked at (README, "Statistics"):
+The statistics were fixed before any sweep was looked at (docs/statistics.md):
 
 - **Resampling units.** Perplexity is a mean over evaluation windows, and a pruned model depends
   on its calibration draw, so a point's uncertainty has two sources. Each bootstrap replicate
@@ -15,7 +15,7 @@ The statistics were fixed before any sweep was looked at (README, "Statistics"):
   from a = 1 by *something*, so "1 is outside the interval" alone would reject every model.
   Whether a = 1 and b = 0 lie inside the intervals is reported beside it.
 - **Seeds.** With three seeds the bootstrap's seed component is narrow by a factor of about
-  √((n−1)/n); the README says so beside every interval.
+  √((n−1)/n); docs/statistics.md says so beside every interval.
 - **Fit.** Ordinary least squares of ratio = ln PPL₀ / ln PPL on x = 1 − s (A1); for (A2)
   weighted least squares of ln(acc/acc₀) on 1 − s with weights 1/SE² (delta method).
 

@@ -126,7 +126,8 @@ def attention_heatmaps(
 
     Rows are queries, columns keys; tokens label both axes. Entries above the diagonal are
     blank for causal attention. Built as one dict and validated once: make_subplots plus
-    per-axis updates took ~40 ms, and the page redraws this figure on every new prompt.
+    per-axis updates are slow (docs/benchmarks.md), and the page redraws this figure on every
+    new prompt.
     """
     prep = _causal_nan if causal else (lambda p: np.asarray(p, dtype=float))
     d, p = prep(dense), prep(pruned)

@@ -49,7 +49,7 @@ TEMPLATE = pio.templates["plotly_white"]  # validated once, when plotly register
 def layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
     """Title, height, margins and the plotly_white template. The template is attached the
     way plotly attaches its default one (validation off): validating its ~100 properties
-    again on every figure cost 35-50 ms a chart, a tenth of a second on most pages.
+    again on every figure is a visible share of a page's time (docs/benchmarks.md).
 
     The margins leave room for tick labels and an axis title on the left and at the bottom:
     the template's automargin stays on as a safety net, but when it has to push a margin

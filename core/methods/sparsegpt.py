@@ -17,7 +17,7 @@ prune ``score <= sorted(score)[⌊p·numel⌋]``, i.e. ⌊p·numel⌋+1 per bloc
 invariant papers.md §5 states); ``selection="exact"`` prunes the block's share of the
 cumulative budget ⌊p·rows·i2⌋ − ⌊p·rows·i1⌋ instead, ties to the lower index, so the matrix
 total is exactly ⌊p·rows·in⌋. On the embedded model the two differ by one weight per block
-(2·10⁻⁶ of the weights); issue #19's step table measures what that does to perplexity.
+(2·10⁻⁶ of the weights); docs/benchmarks.md gives what that does to perplexity.
 
 Differences from the reference ``fasterprune``:
 - H⁻¹ and its Cholesky factor are computed in float64, then the sweep runs in float32: LLM
@@ -87,7 +87,7 @@ def _damped_factor(
     A = scale·H + λI (scaled in H's float32, row block by row block, so scale·H never
     exists whole; dead inputs' diagonal set to 1) -> L = chol(A) -> A⁻¹ -> U = chol(A⁻¹)ᵀ.
     Column-major is LAPACK's layout, so no step allocates a second (in, in) float64 matrix
-    (the 2816-wide down projection's is 60 MiB: peak memory, issue #16); the values are
+    (the 2816-wide down projection's is 60 MiB); the values are
     those of the out-of-place calls, bit for bit. Returns U, or None if a step failed."""
     n = H.shape[0]
     A = torch.empty_strided((n, n), (1, n), dtype=torch.float64, device=H.device)

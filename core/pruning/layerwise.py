@@ -61,8 +61,8 @@ class _StatsCollector:
     sequence (the reference's per-sequence products), summed in calibration order in float64
     and cast to float32 by ``finish``. The shape of every product and the order of the sum
     are then fixed by the calibration set alone, not by the runner's batch of sequences, so
-    the runner batch no longer moves SparseGPT's masks (issue #19). Float64 products would
-    also absorb BLAS differences but cost 2.3x the Gram time on CPU (measured, issue #19).
+    the runner batch does not move SparseGPT's masks. Float64 products would also absorb BLAS
+    differences but cost several times the Gram time on CPU (docs/benchmarks.md).
     Light mode: column squared norms (in,) plus the token rows at every ``stride``-th
     position (about SAMPLE_ROWS of them), written into a buffer allocated once.
 

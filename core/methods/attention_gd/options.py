@@ -56,8 +56,8 @@ class AttentionGDOptions:
         "none" skips them (the sweep). check_points: off-trajectory points per group.
     dtype: GD precision. others: how V/O/MLP are pruned in the same run. seed: for "random".
 
-    Defaults: chosen by ``bench/attention_gd.py`` on calibration windows (README); tol and the
-    cap bound the cost, λ_rel = 1e-3 keeps the penalty below typical row errors.
+    Defaults: chosen by ``bench/attention_gd.py`` on calibration windows (docs/design-notes.md);
+    tol and the cap bound the cost, λ_rel = 1e-3 keeps the penalty below typical row errors.
     """
 
     lam: float = option(
