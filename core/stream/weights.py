@@ -90,8 +90,8 @@ def read_tensors(path: str | Path, keys: Iterable[str]) -> dict[str, torch.Tenso
     """Named tensors of one safetensors file read with plain file reads into fresh CPU
     tensors. A memory-mapped read (``safe_open``) would keep the file's pages resident
     beside the copy until the file is closed: twice a 32k-vocabulary embedding's bytes at
-    the peak."""
-    header, base = read_header(path)
+    the peak. The format: an 8-byte little-endian header length, the JSON
+    header (dtype, shape, data_offsets per tensor), then the data."""
     with open(path, "rb", buffering=0) as f:
         n = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(n))
