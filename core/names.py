@@ -88,6 +88,7 @@ T_EVAL_WINDOWS = "eval_windows"  # eval/prune/slice: NLL of every evaluation win
 A_METHOD = "method"  # a method's own arrays (masks)
 A_QK = "qk"  # pruned W_Q/W_K per layer for attention heatmaps
 A_SPECTRA = "spectra"  # slice: eigenvalues at every boundary
+A_REBUILD = "rebuild"  # prune: packed keep masks (and changed weights) to rebuild the model
 
 # ---- metric keys -------------------------------------------------------------------------------------
 SUMMARY_COLUMNS = ("ppl", "dense_ppl", "achieved_sparsity", "prune_seconds")  # runs table

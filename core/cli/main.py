@@ -24,6 +24,7 @@ from typing import Any
 
 import transformers
 
+from core.cli import compare_command as cli_compare
 from core.cli import sweep_command as cli_sweep
 from core.cli.output import TqdmProgress, print_human
 from core.errors import ConfigError, PruneScopeError, StoreError
@@ -37,6 +38,7 @@ from core.settings.request import (
     run_options,
 )
 from core.store.reindex import rebuild_index
+from core.store.report import write_report
 from core.store.run_store import RunStore, default_root
 
 log = logging.getLogger("core.cli.main")
@@ -53,6 +55,7 @@ RUNS_ACTIONS = {
     "show": "one run's config and metrics",
     "delete": "delete a run",
     "export": "copy a run's folder",
+    "report": "write a run's self-contained HTML report (provenance, metrics, charts)",
     "reindex": "rebuild the store's index from its run folders (the old index is kept aside)",
 }
 
@@ -118,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_ids", nargs="*", help="runs to include (default: every prune/slice run)")
     _add_common(p)
 
+    cli_compare.add_parser(sub)
+
     p = sub.add_parser("methods", help="the registered pruning methods and their --option keys")
     p.add_argument("--json", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -130,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
             rp.add_argument("run_id", help="run id (a unique prefix is enough)")
         if name == "export":
             rp.add_argument("dest", help="destination folder")
+        if name == "report":
+            rp.add_argument("out", help="the HTML file to write")
         if name == "list":
             rp.add_argument("--kind", default=None)
             rp.add_argument("--status", default=None)
@@ -239,6 +246,8 @@ def cmd_runs(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]]:
             run = store.load(rec.id)
             out.update(env=run.env, tables=run.tables())
         return out
+    if args.runs_command == "report":
+        return {"report": str(write_report(store, rec.id, args.out)), "run_id": rec.id}
     if args.runs_command == "delete":
         store.delete(rec.id)
         return {"deleted": rec.id}
@@ -252,6 +261,8 @@ def _dispatch(args: argparse.Namespace, progress: TqdmProgress) -> Any:
         return cmd_runs(args)
     if args.command == "methods":
         return cmd_methods()
+    if args.command == "compare":
+        return cli_compare.cmd_compare(args, progress)
     if args.command == "run":
         return cmd_run_config(args, progress)
     if args.command == "effdim":
@@ -283,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     progress.close()
     if getattr(args, "json", False):
         print(json.dumps(out, default=str))
+    elif args.command == "compare":
+        print(cli_compare.human_text(out))
     else:
         print_human(args.command, out)
     return 0

@@ -143,6 +143,10 @@ class Method:
     run_kind: ClassVar[str] = "prune"  # the run kind (core.runs) that applies and stores it
     # Describes the method for listings: True when it removes whole dimensions.
     structured: ClassVar[bool] = False
+    # False when the method only zeroes weights (the pristine weights times its keep mask give
+    # the pruned model back: core.runs.restore stores the mask alone); True when it changes
+    # the kept weights too (SparseGPT's update), or may.
+    updates_weights: ClassVar[bool] = True
 
     def __init__(self, options: Any) -> None:
         self.options = options

@@ -163,6 +163,7 @@ class ScoreMethod(LinearwiseMethod):
     """Methods that score every weight and zero the lowest, keeping the rest unchanged: one
     selection rule (``core.pruning.masks.score_mask``) over each method's own scores."""
 
+    updates_weights = False
     options: ScopedOptions
     needs_gram = False  # column norms + a token sample suffice (no O(in²) Gram products)
 

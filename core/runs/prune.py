@@ -14,7 +14,7 @@ from core.adapters import resolve_roles
 from core.evaluation.attention_error import AttentionProbe
 from core.evaluation.attention_error import summarize as summarize_attention
 from core.methods import make_method
-from core.names import A_METHOD, A_QK, T_ALLOCATION, T_ATTENTION_ERRORS, T_LAYERS
+from core.names import A_METHOD, A_QK, A_REBUILD, T_ALLOCATION, T_ATTENTION_ERRORS, T_LAYERS
 from core.progress import report
 from core.pruning.apply import apply_prune
 from core.runs.common import Prologue, changed_model_kind
@@ -27,6 +27,7 @@ from core.runs.measure import (
     start_phase,
     weight_sparsity,
 )
+from core.runs.restore import rebuild_arrays
 from core.runs.streamed import StreamedStep, streamed_kind
 from core.store.run_store import RunWriter
 
@@ -86,6 +87,8 @@ def _prune(p: Prologue) -> dict[str, Any]:
     qk = qk_arrays(p.lm)
     if qk:
         p.writer.write_arrays(A_QK, qk)
+    # what rebuilds this model in seconds (the Compare page): masks, and changed weights
+    p.writer.write_arrays(A_REBUILD, rebuild_arrays(p.lm, prune.targets, method.updates_weights))
     return {
         "prune_seconds": prune_seconds,
         "layer_seconds": result.layer_seconds,

@@ -102,6 +102,7 @@ class AttentionGD(Method):
     """
 
     name = "attention-gd"
+    updates_weights = False  # W <- keep * W: the mask alone rebuilds the model
     options_cls = AttentionGDOptions
     options: AttentionGDOptions
     needs_gram = True  # rel_error of q/k, and Wanda/SparseGPT for ``others``

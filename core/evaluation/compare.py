@@ -1,0 +1,175 @@
+"""Dense and pruned model side by side on one text: per-token NLL, logit lens, per-layer
+divergence (the app's Compare page and ``python -m core compare``).
+
+- **Token NLL.** ``nll[t] = −log p(x_{t+1} | x_{≤t})`` from the model's logits; its mean over an
+  evaluation window is the window NLL that perplexity averages (papers.md §1), so the mean of
+  ``pruned − dense`` over the windows equals ``ln PPL_pruned − ln PPL_dense``.
+- **Logit lens.** Each decoder layer's output h_ℓ read through the final norm and the head,
+  ``log softmax(head(norm(h_ℓ)))``: what the model would predict if it stopped at layer ℓ. The
+  last layer's lens is the model's own logits.
+- **Divergence per layer.** KL(dense ‖ pruned) of the two lenses' next-token distributions,
+  averaged over positions, and the relative error ‖H_pruned − H_dense‖_F / ‖H_dense‖_F of the
+  layer outputs. A SliceGPT model computes in its own rotated, sliced basis (papers.md §2): its
+  layer outputs are rotated back to the dense basis, h·(Q_ℓD)ᵀ, for the relative error, and
+  into the basis of its head (the last layer's, Q_LD) for its lens, which then reads them
+  through its own folded norm and rotated head. Q_ℓD is read off the
+  weights: the layer's residual writer is Dᵀ·Q_ℓᵀ·W_dense, so a least-squares solve against the
+  dense writer recovers it (exact for a pre-norm stack; with post-block norms it is the writer
+  divided by the norm's γ). A basis that does not come out orthonormal leaves the error NaN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from core.errors import ConfigError
+from core.models.load import LoadedModel
+
+ORTHONORMAL_TOL = 1e-3  # ‖MᵀM − I‖_max above which a recovered basis is not trusted
+WORST_TOKENS = 8  # tokens listed as the worst hit
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One forward pass of a text: the layer outputs (n_layers tensors (L, d_ℓ), float32, the
+    model's own basis), the final logits (L, V) float32, and the token ids (L,)."""
+
+    states: list[torch.Tensor] = field(repr=False)
+    logits: torch.Tensor = field(repr=False)
+    ids: torch.Tensor = field(repr=False)
+
+
+def _out(output) -> torch.Tensor:
+    return output[0] if isinstance(output, tuple) else output
+
+
+def model_device(lm: LoadedModel) -> torch.device:
+    return next(lm.model.parameters()).device
+
+
+@torch.no_grad()
+def trace(lm: LoadedModel, ids: torch.Tensor) -> Trace:
+    """Run ids (L,) through the model once, keeping every decoder layer's output."""
+    if ids.ndim != 1 or ids.numel() < 2:
+        raise ConfigError("a comparison needs a text of at least two tokens")
+    states: list[torch.Tensor] = []
+    hooks = [
+        layer.register_forward_hook(lambda _m, _i, out: states.append(_out(out)[0].float()))
+        for layer in lm.adapter.layers
+    ]
+    try:
+        logits = lm.model(input_ids=ids[None].to(model_device(lm)), use_cache=False).logits
+    finally:
+        for h in hooks:
+            h.remove()
+    return Trace([s.cpu() for s in states], logits[0].float().cpu(), ids.cpu())
+
+
+@torch.no_grad()
+def lens_logits(lm: LoadedModel, hidden: torch.Tensor) -> torch.Tensor:
+    """A layer output (L, d) read through the model's final norm and head: (L, V) float32."""
+    ad = lm.adapter
+    param = next(ad.final_norm.parameters(), None)
+    dtype = param.dtype if param is not None else ad.lm_head.weight.dtype
+    h = hidden.to(model_device(lm), dtype)
+    return ad.logits(ad.final_norm(h)).float().cpu()
+
+
+def token_nll(logits: torch.Tensor, ids: torch.Tensor) -> np.ndarray:
+    """Per-token NLL (L−1,) in nats: position t predicts token t+1."""
+    return F.cross_entropy(logits[:-1].float(), ids[1:].long(), reduction="none").numpy()
+
+
+def kl_rows(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    """KL(p ‖ q) per row of two (L, V) log-probability tensors (nats, ≥ 0)."""
+    return (logp.exp() * (logp - logq)).sum(-1).clamp_min(0.0)
+
+
+def rotation_back(dense: LoadedModel, sliced: LoadedModel) -> list[torch.Tensor | None] | None:
+    """Per layer, the map M_ℓ (d, d_ℓ) with h_dense ≈ h_sliced·M_ℓᵀ, read off the residual
+    writers (None where it does not come out orthonormal); None for a model that is not
+    sliced (same basis as the dense one). See the module docstring."""
+    ds, ss = dense.adapter, sliced.adapter
+    if getattr(sliced.model, "slicing", None) is None:
+        return None
+    out: list[torch.Tensor | None] = []
+    for d_layer, s_layer in zip(ds.layers, ss.layers, strict=True):
+        post = getattr(s_layer, "mlp_post", None)
+        if post is None:
+            Wd = ds.mlp_writer(d_layer).weight.detach().double().cpu()  # (d, ffn)
+            Ws = ss.mlp_writer(s_layer).weight.detach().double().cpu()  # (d_ℓ, ffn)
+            M = torch.linalg.lstsq(Wd.T, Ws.T).solution  # (d, d_ℓ)
+        else:
+            gamma, _ = ds.norm_affine(ds.post_norms(d_layer)[1])
+            M = (post.proj.weight.detach().double().cpu() / gamma.double()[None]).T
+        eye = torch.eye(M.shape[1], dtype=M.dtype)
+        ok = (M.T @ M - eye).abs().max().item() <= ORTHONORMAL_TOL
+        out.append(M.float() if ok else None)
+    return out
+
+
+@dataclass(frozen=True)
+class LayerDivergence:
+    """Per layer ℓ = 0..n−1: KL(dense ‖ pruned) of the lens (mean over positions, nats), the
+    relative error of the layer output (NaN where the basis is unknown), and each model's lens
+    top token at the last position with its probability."""
+
+    kl: list[float]
+    rel_error: list[float]
+    dense_top: list[tuple[int, float]]
+    pruned_top: list[tuple[int, float]]
+
+
+def _top(logp: torch.Tensor) -> tuple[int, float]:
+    p, i = logp[-1].exp().max(-1)
+    return int(i), float(p)
+
+
+@torch.no_grad()
+def layer_divergence(
+    dense: LoadedModel,
+    dt: Trace,
+    pruned: LoadedModel,
+    pt: Trace,
+    basis: list[torch.Tensor | None] | None = None,
+) -> LayerDivergence:
+    """KL(dense ‖ pruned) of the logit lens and the relative error of every layer's output
+    (``basis``: ``rotation_back`` for a sliced model, None when both share the dense basis)."""
+    if len(dt.states) != len(pt.states):
+        raise ConfigError("the two models have different numbers of layers")
+    same = basis is None
+    basis = [None] * len(dt.states) if same else basis
+    last = basis[-1]
+    kl, rel, dtop, ptop = [], [], [], []
+    for hd, hp, M in zip(dt.states, pt.states, basis, strict=True):
+        logp = torch.log_softmax(lens_logits(dense, hd), -1)
+        if same:
+            back, lens_in = hp, hp
+        elif M is None or last is None:  # the basis is unknown: no lens, no error
+            back, lens_in = None, None
+        else:  # rotated back to the dense basis, then into the head's (the last layer's)
+            back = hp @ M.T
+            lens_in = back @ last
+        if lens_in is None:
+            kl.append(float("nan"))
+            rel.append(float("nan"))
+            dtop.append(_top(logp))
+            ptop.append((-1, float("nan")))
+            continue
+        logq = torch.log_softmax(lens_logits(pruned, lens_in), -1)
+        kl.append(float(kl_rows(logp, logq).mean()))
+        rel.append(float((back - hd).norm() / hd.norm().clamp_min(1e-30)))
+        dtop.append(_top(logp))
+        ptop.append(_top(logq))
+    return LayerDivergence(kl, rel, dtop, ptop)
+
+
+def worst_tokens(diff: np.ndarray, labels: list[str], k: int = WORST_TOKENS) -> list[dict]:
+    """The k predicted tokens whose NLL rose most (labels[t + 1] is what position t predicts)."""
+    order = np.argsort(-diff)[:k]
+    return [{"position": int(t + 1), "token": labels[t + 1], "nll_diff": float(diff[t])}
+            for t in order]  # fmt: skip

@@ -1,0 +1,272 @@
+"""Stored runs beside their dense model on one text (the Compare page and ``python -m core
+compare``): generations with one decoding rule, per-token NLL differences, logit lens and
+per-layer divergence (``core.evaluation.compare``).
+
+Models come from ``compare_model``: the dense model is the pristine copy cached per process; a
+prune run's model is rebuilt from what it stored (``core.runs.restore``: seconds), else
+loaded from its saved folder, else rebuilt once by re-running its pruning (an older run, or a
+SliceGPT run: ``core.runs.rebuild``, about as long as its pruning took, ``rebuild_seconds``).
+The last ``MODEL_CACHE`` models and ``RESULT_CACHE`` results per (run, text, decoding) are
+kept in the process, so a page that asks again costs nothing.
+
+    cmp = compare_run(store, run_id, "The capital of France is", Decoding())
+    cmp.pruned_text, cmp.mean_nll_diff, cmp.layers.kl
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.errors import ConfigError
+from core.evaluation.attention_maps import token_labels
+from core.evaluation.compare import (
+    LayerDivergence,
+    Trace,
+    layer_divergence,
+    rotation_back,
+    token_nll,
+    trace,
+    worst_tokens,
+)
+from core.evaluation.generate import Decoding, generate
+from core.machine.device import resolve_device
+from core.models.load import LoadedModel
+from core.names import EVAL, PRUNED_KINDS, SLICE
+from core.progress import ProgressFn, report
+from core.runs.rebuild import load_saved, model_of_run
+from core.runs.resources import get_model
+from core.runs.restore import restorable, restore_model
+from core.settings.config import ModelSpec, RunConfig
+from core.store.record import Run
+from core.store.run_store import RunStore
+
+MAX_TEXT_TOKENS = 256  # longer texts are cut here (the lens keeps n_layers × L × d floats)
+MODEL_CACHE = 3  # rebuilt models kept per process (a 135M model is ~0.5 GB in float32)
+RESULT_CACHE = 64
+SLICED_NOTE = (
+    "SliceGPT computes in its own rotated, sliced basis: its layer outputs are rotated back to "
+    "the dense basis, h·(Q_ℓD)ᵀ, before the relative error is taken, and into its head's basis "
+    "for its logit lens (its own folded norm and rotated head)."
+)
+# how a compared model was obtained -> what the page says
+HOW = {
+    "dense": "the dense model",
+    "stored": "rebuilt from its stored masks",
+    "saved": "loaded from its saved folder",
+    "rebuilt": "rebuilt by re-running its pruning",
+}
+
+_MODELS: OrderedDict[tuple, tuple[LoadedModel, str]] = OrderedDict()
+_RESULTS: OrderedDict[tuple, Any] = OrderedDict()
+
+
+def _remember(cache: OrderedDict, key: tuple, value: Any, size: int) -> Any:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > size:
+        cache.popitem(last=False)
+    return value
+
+
+def dense_spec(run: Run) -> ModelSpec:
+    """The run's pristine model on this machine's device, in the dtype the run used."""
+    m = run.config.get("model") or {}
+    device = str(resolve_device("auto"))
+    dtype = m.get("dtype", "float32") if device != "cpu" else "float32"
+    return ModelSpec(m.get("name", run.record.model or ""), device, dtype,
+                     bool(m.get("trust_remote_code", False)), m.get("revision"))  # fmt: skip
+
+
+def comparable(run: Run) -> None:
+    """ConfigError unless the run is a finished dense evaluation, prune or slice run."""
+    if run.record.kind not in (EVAL, *PRUNED_KINDS):
+        raise ConfigError(
+            f"run {run.id} is a {run.record.kind} run; compare takes eval, prune or slice runs"
+        )
+    if run.record.status != "done":
+        raise ConfigError(f"run {run.id} is {run.record.status}, not finished")
+
+
+def how_built(run: Run) -> str:
+    """How ``compare_model`` will obtain the run's model, without building it."""
+    if run.record.kind == EVAL:
+        return "dense"
+    if run.record.kind != SLICE and restorable(run):
+        return "stored"
+    saved = run.metrics.get("saved_to")
+    return "saved" if saved and Path(saved).is_dir() else "rebuilt"
+
+
+def rebuild_seconds(run: Run) -> float | None:
+    """Seconds a re-run of the pruning is expected to take (what it took when the run ran),
+    or None when the model comes from what the run stored."""
+    if how_built(run) != "rebuilt":
+        return None
+    return float(run.metrics.get("prune_seconds") or 0.0) or None
+
+
+def _stamp(run: Run) -> tuple:
+    return (run.id, run.record.finished or 0.0)
+
+
+def compare_model(store: RunStore, run: Run, progress: ProgressFn | None = None):
+    """(model, how) of a run; cached per process (never mutate the model)."""
+    comparable(run)
+    key = _stamp(run)
+    if key in _MODELS:
+        _MODELS.move_to_end(key)
+        return _MODELS[key]
+    spec, how = dense_spec(run), how_built(run)
+    if how == "dense":
+        return get_model(spec, fresh=False), how  # the pristine copy is cached by resources
+    report(progress, "load", 0, 1, f"run {run.id[:8]}: {HOW[how]}")
+    if how == "stored":
+        lm = restore_model(run, spec)
+    elif how == "saved":
+        lm = load_saved(RunConfig.from_dict(run.config), run.metrics["saved_to"])
+    else:
+        src = RunConfig.from_dict(run.config)
+        src = dataclasses.replace(src, model=dataclasses.replace(src.model, **_device(spec)))
+        lm, how = model_of_run(src, store, run.id, progress)
+    lm.model.eval()
+    return _remember(_MODELS, key, (lm, how), MODEL_CACHE)
+
+
+def _device(spec: ModelSpec) -> dict[str, str]:
+    return {"device": spec.device, "dtype": spec.dtype}
+
+
+def text_ids(lm: LoadedModel, text: str) -> list[int]:
+    """Token ids of a text (the tokenizer's own special tokens; cut at ``MAX_TEXT_TOKENS``)."""
+    if not text.strip():
+        raise ConfigError("type a prompt first")
+    ids = lm.tokenizer(text)["input_ids"][:MAX_TEXT_TOKENS]
+    if len(ids) < 2:
+        raise ConfigError("the text needs at least two tokens")
+    return list(ids)
+
+
+@dataclass(frozen=True)
+class Side:
+    """One model on one text: its continuation, its per-token NLL (L−1,) and its trace."""
+
+    new_ids: list[int]
+    text: str
+    nll: np.ndarray
+    trace: Trace
+
+
+def side(lm: LoadedModel, ids: list[int], dec: Decoding, on_token=None) -> Side:
+    new = generate(lm, ids, dec, on_token)
+    tr = trace(lm, torch.tensor(ids))
+    text = lm.tokenizer.decode(new, skip_special_tokens=True)
+    return Side(new, text, token_nll(tr.logits, tr.ids), tr)
+
+
+def dense_side(
+    store: RunStore, run: Run, text: str, dec: Decoding, on_token=None
+) -> tuple[LoadedModel, Side]:
+    """The dense model of a run on a text, cached per (model, text, decoding)."""
+    spec = dense_spec(run)
+    lm = get_model(spec, fresh=False)
+    key = ("dense", spec, text, dec)
+    if key not in _RESULTS:
+        _remember(_RESULTS, key, side(lm, text_ids(lm, text), dec, on_token), RESULT_CACHE)
+    return lm, _RESULTS[key]
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """A run beside its dense model on one text."""
+
+    run_id: str
+    how: str
+    tokens: list[str]  # labels of the text's tokens
+    dense: Side
+    pruned: Side
+    layers: LayerDivergence
+    note: str  # what the per-layer view measured (SliceGPT: the basis, stated)
+
+    @property
+    def nll_diff(self) -> np.ndarray:
+        """Per predicted token (L−1,): pruned NLL − dense NLL, nats."""
+        return self.pruned.nll - self.dense.nll
+
+    @property
+    def mean_nll_diff(self) -> float:
+        return float(self.nll_diff.mean())
+
+    def worst(self) -> list[dict]:
+        return worst_tokens(self.nll_diff, self.tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON (the CLI's --json)."""
+        return {
+            "run_id": self.run_id,
+            "model_from": self.how,
+            "dense_continuation": self.dense.text,
+            "continuation": self.pruned.text,
+            "dense_new_ids": self.dense.new_ids,
+            "new_ids": self.pruned.new_ids,
+            "tokens": self.tokens,
+            "dense_nll": self.dense.nll.tolist(),
+            "nll": self.pruned.nll.tolist(),
+            "mean_nll_diff": self.mean_nll_diff,
+            "worst_tokens": self.worst(),
+            "layer_kl": self.layers.kl,
+            "layer_rel_error": self.layers.rel_error,
+            "note": self.note,
+        }
+
+
+TokenFn = Callable[[str, int], None]  # (who: "dense" or a run id, token id)
+
+
+def compare_run(
+    store: RunStore,
+    run_id: str,
+    text: str,
+    dec: Decoding | None = None,
+    on_token: TokenFn | None = None,
+    progress: ProgressFn | None = None,
+) -> RunComparison:
+    """A stored run beside its dense model on ``text``; cached per (run, text, decoding)."""
+    dec = dec or Decoding()
+    run = store.load(run_id)
+    key = (*_stamp(run), text, dec)
+    if key in _RESULTS:
+        _RESULTS.move_to_end(key)
+        return _RESULTS[key]
+    comparable(run)
+    lm, how = compare_model(store, run, progress)
+    dense_lm, dense = dense_side(store, run, text, dec, _tagged(on_token, "dense"))
+    ids = dense.trace.ids.tolist()
+    pruned = side(lm, ids, dec, _tagged(on_token, run.id))
+    basis = rotation_back(dense_lm, lm)
+    layers = layer_divergence(dense_lm, dense.trace, lm, pruned.trace, basis)
+    note = SLICED_NOTE if basis is not None else "Both models compute in the same basis."
+    out = RunComparison(run.id, how, token_labels(lm.tokenizer, ids), dense, pruned, layers, note)
+    return _remember(_RESULTS, key, out, RESULT_CACHE)
+
+
+def _tagged(on_token: TokenFn | None, who: str) -> Callable[[int], None] | None:
+    return None if on_token is None else (lambda tok: on_token(who, tok))
+
+
+def window_nll_diff(store: RunStore, run_id: str, windows: torch.Tensor) -> np.ndarray:
+    """Per-token NLL difference (pruned − dense) over evaluation windows (n, L): (n, L−1)."""
+    run = store.load(run_id)
+    lm, _ = compare_model(store, run)
+    dense_lm = get_model(dense_spec(run), fresh=False)
+    rows = []
+    for w in windows:
+        rows.append(token_nll(trace(lm, w).logits, w) - token_nll(trace(dense_lm, w).logits, w))
+    return np.stack(rows)
