@@ -1,4 +1,5 @@
-"""How close the forms' duration estimates (core.planning.estimate) come to real runs on this machine.
+"""How close the forms' duration estimates (core.planning.estimate) come to real runs on this
+machine.
 
     python bench/estimate_accuracy.py [--model smollm2-135m] [--store DIR]
     python bench/estimate_accuracy.py --replay DEMO_STORE [--after 0,1,2,4]
@@ -47,7 +48,12 @@ CASES = [
 
 
 def run(store: Path, values: dict) -> float:
-    argv = ["prune", *requests.to_argv("prune", values), "--store", str(store), "--json", "--quiet"]
+    """Wall time of one prune run in a subprocess, launched as the app's jobs are: from its
+    resolved config's JSON (``python -m core run --config FILE``)."""
+    cfg = requests.plan_request("prune", values)
+    path = store / f"{cfg.run_id}.config.json"
+    path.write_text(json.dumps(cfg.to_dict()))
+    argv = ["run", "--config", str(path), "--store", str(store), "--json", "--quiet"]
     t0 = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-m", "core", *argv], cwd=ROOT, capture_output=True, text=True
@@ -76,7 +82,7 @@ def store_as_of(source: Path, before: float, root: Path) -> RunStore:
 def replay(source: Path, after: list[int], cpu_gflops: float | None = None) -> None:
     queue = json.loads((source / "progress" / f"{QUEUE}.queue.json").read_text())
     items = queue["items"]
-    model = items[0]["params"]["model"]
+    model = items[0]["config"]["model"]["name"]
     pieces = {p.key: p for p in demo_pieces(model)}
     measured = {i["key"]: i["elapsed"] for i in items}
     print(f"demo store {source}; model {model}; measured: the queue's job times there")

@@ -9,8 +9,9 @@ SliceGPT calibrated on 32 x 512 tokens of the WikiText-2 train subset (seeds 42,
 intervals resample them); Wanda / SparseGPT calibrated on 32 x 512 tokens of the C4 train head
 (seed 0) at 30/50/70% unstructured; evaluation on the first 64 windows of 512
 tokens of WikiText-2 test. Prints the sweep table (d′, kept parameters,
-perplexity and ln PPL0/ln PPL with 95% intervals, the paper's prediction), a and b with their
-intervals against s and s_eff and the verdicts that read them, perplexity at matched kept
+perplexity and ln PPL0/ln PPL with 95% intervals, the paper's prediction), the candidate laws
+with their intervals and out-of-sample errors against s and s_eff and the verdict sentence
+(core.analysis.laws, core.analysis.verdicts), perplexity at matched kept
 parameters, and every run's pre-registered effective dimension with its interval; with
 several models, then both sweeps and both fits side by side and whether the verdicts agree.
 """
@@ -44,7 +45,7 @@ def run_model(args, name: str, store) -> dict:
     from core.analysis.budget import matched_table, winner
     from core.errors import ConfigError
     from core.names import EFFDIM_KEY
-    from core.runs import effdim_report, run_prune, run_sweep
+    from core.runs import effdim_report, run_prune, run_relation_sweep
     from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 
     model = ModelSpec(name)
@@ -57,7 +58,7 @@ def run_model(args, name: str, store) -> dict:
     seeds = tuple(int(x) for x in args.seeds.split(",") if x.strip())
 
     try:
-        sweep = run_sweep(model, grid, wiki, evalc, store, seeds=seeds)
+        sweep = run_relation_sweep(model, grid, wiki, evalc, store, seeds=seeds)
     except ConfigError as exc:  # a family SliceGPT refuses (post-LN, projected embeddings)
         print(f"model {name}: the SliceGPT sweep is refused: {exc}")
         table, m, ids, points = None, None, [], []
@@ -141,15 +142,11 @@ def print_sweep(name: str, args, seeds, table, m: dict) -> None:
             f"{r.s:>5.2f}{r.s_eff:>7.3f}{r.d_prime:>6d}{r.kept_params:>7.3f}{ppl:>26}"
             f"{r.predicted_ppl:>11.2f}{ratio:>24}{r.rel_error:>9.3f}{r.latency:>9.3f}"
         )
+    from core.cli.output import law_table
+
     for tag, sfx in (("nominal s", ""), ("achieved s_eff", "_eff")):
-        print(
-            f"fit against {tag}: ln PPL0/ln PPL = a(1-s) + b: "
-            f"a = {m['a' + sfx]:.4f} [{m['a_lo' + sfx]:.4f}, {m['a_hi' + sfx]:.4f}], "
-            f"b = {m['b' + sfx]:.4f} [{m['b_lo' + sfx]:.4f}, {m['b_hi' + sfx]:.4f}]; "
-            f"a = 1 and b = 0 inside the intervals: {m['predicted_inside' + sfx]}; "
-            f"verdict (equivalence, tolerance 0.1): {m['verdict' + sfx]}"
-        )
-    print(f"R^2 of the nominal fit (descriptive only): {m['r2']:.4f}")
+        print(f"(A1) against {tag}: {m['sentence' + sfx]}")
+        print("\n".join(law_table(m["laws" + sfx])))
 
 
 def side_by_side(results: dict) -> None:
@@ -177,7 +174,7 @@ def side_by_side(results: dict) -> None:
         print(f"{s:>5.2f}" + "".join(cells))
     print(
         f"\n{'model':<16}{'d':>5}{'PPL0':>9}{'fit':>6}{'a [95%]':>28}{'b [95%]':>28}"
-        f"{'R^2':>8}  verdict"
+        f"{'R^2':>8}  first order"
     )
     for name, r in results.items():
         m = r["metrics"]
@@ -190,10 +187,12 @@ def side_by_side(results: dict) -> None:
             r2 = f"{m['r2']:.4f}" if not sfx else "-"
             print(
                 f"{name:<16}{m['d']:>5}{m['ppl0']:>9.3f}{tag:>6}{a:>28}{b:>28}{r2:>8}"
-                f"  {m['verdict' + sfx]}"
+                f"  {m['first_order' + sfx]}"
             )
     for tag, sfx in (("nominal s", ""), ("achieved s_eff", "_eff")):
-        verdicts = {n: r["metrics"]["verdict" + sfx] for n, r in results.items() if r["metrics"]}
+        verdicts = {
+            n: r["metrics"]["first_order" + sfx] for n, r in results.items() if r["metrics"]
+        }
         left_out = [n for n in results if n not in verdicts]
         if len(verdicts) < 2:
             same = "cannot be compared (fewer than two models have a SliceGPT fit)"
@@ -202,7 +201,7 @@ def side_by_side(results: dict) -> None:
         else:
             same = "differs between models"
         print(
-            f"relation verdict against {tag}: {same} "
+            f"(A1) first-order verdict against {tag}: {same} "
             f"({', '.join(f'{n}: {v}' for n, v in verdicts.items()) or 'none'}"
             + (f"; no fit: {', '.join(left_out)}" if left_out else "")
             + ")"

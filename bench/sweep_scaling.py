@@ -33,14 +33,14 @@ def main() -> None:
 
     from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec
     from core.sweeps.executors import make_executor
-    from core.sweeps.grid import SweepSpec, resolve_grid
+    from core.sweeps.grid import GridSpec, resolve_grid
     from core.sweeps.orchestrate import run_sweep_grid
 
     data_dir = str(Path(args.data_dir).resolve())
     grid = [(m, s) for m in METHODS for s in SPARSITIES][: args.points]
     methods = tuple(dict.fromkeys(m for m, _ in grid))
     sparsities = tuple(dict.fromkeys(s for _, s in grid))
-    spec = SweepSpec(
+    spec = GridSpec(
         ModelSpec(args.model, "cpu", "float32"),
         methods,
         sparsities,
@@ -70,7 +70,7 @@ def main() -> None:
             os.environ.setdefault("RAY_worker_niceness", "0")
         # what `python -m core sweep --executor KIND --workers N` builds (Ray: a private
         # cluster of this machine's cores, cores // N per task)
-        executor = make_executor(kind, int(workers), ray_address=None)
+        executor = make_executor(kind, int(workers), ray_address="local")
         t0 = time.perf_counter()
         out = run_sweep_grid(spec, store, executor)
         walls[setting] = time.perf_counter() - t0

@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8, help="zero-shot batch size")
     args = ap.parse_args()
 
-    from core.runs import run_sweep
+    from core.runs import run_relation_sweep
     from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, ZeroShotConfig
 
     data_dir = str(Path(args.data_dir).resolve())
@@ -38,7 +38,7 @@ def main() -> None:
     grid = tuple(float(s) for s in args.sparsities.split(","))
 
     t0 = time.perf_counter()
-    sweep = run_sweep(model, grid, calib, evalc, store, zeroshot=zs)
+    sweep = run_relation_sweep(model, grid, calib, evalc, store, zeroshot=zs)
     wall = time.perf_counter() - t0
     run = store.load(sweep["run_id"])
     acc = run.table("accuracy")
@@ -84,20 +84,20 @@ def main() -> None:
         print("HellaSwag: llama.cpp text extraction (ctx_b not capitalised), close to lm-eval's")
     print()
     print("Paper A (A2): ln(acc/acc0) ∝ (1 - s)")
-    print(
-        f"{'task':<16}{'kappa':>8}{'c':>8}{'R2':>7}{'held':>6}   {'kappa_ch':>9}{'R2_ch':>7}"
-        f"{'held':>6}"
-    )
+    from core.analysis.verdicts import ACCURACY_RULE
+
+    print(f"{'task':<16}{'kappa':>8}{'c':>8}{'R2':>7}   {'kappa_ch':>9}{'R2_ch':>7}  (A2) verdict")
     for r in fits.itertuples():
+        verdict = getattr(r, "kappa_verdict", None)
         print(
             f"{r.label[:15]:<16}{r.kappa:>8.3f}{r.intercept:>8.3f}{r.r2:>7.3f}"
-            f"{'yes' if r.held else 'no':>6}   {r.kappa_chance:>9.3f}{r.r2_chance:>7.3f}"
-            f"{'yes' if r.held_chance else 'no':>6}"
+            f"   {r.kappa_chance:>9.3f}{r.r2_chance:>7.3f}  "
+            f"{verdict if isinstance(verdict, str) else '- (not judged)'}"
         )
     print(
         "dense reading: ln(acc/acc_dense) = kappa(1-s) + c with the dense point; "
-        "chance reading: ln(acc/chance) = kappa_ch(1-s) through the origin; held: R2 >= 0.9, "
-        "kappa > 0"
+        "chance reading: ln(acc/chance) = kappa_ch(1-s) through the origin (point fits). "
+        + ACCURACY_RULE
     )
 
 

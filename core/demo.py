@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.cli.reproduce import command_line
 from core.data import default_data_dir
+from core.jobs.launch import start_config_job
 from core.jobs.queue import QueueItem, QueueStatus, cancel_queue, queue_status, start_queue
 from core.names import FULL, LEAN
 from core.planning.estimate import estimate_many, estimate_seconds
@@ -55,8 +57,9 @@ GD_OPTIONS = ("steps=8", "max_seq=4", "max_len=128", "check_points=2")
 
 @dataclass(frozen=True)
 class Piece:
-    """One run of the demo set: ``command`` and ``params`` as ``core.settings.request`` takes them;
-    ``page`` is the page it fills first (None: it only adds a comparison)."""
+    """One run of the demo set: ``command`` and ``params`` as ``core.settings.request`` takes
+    them (planned into the RunConfig its job receives: ``piece_config``); ``page`` is the page
+    it fills first (None: it only adds a comparison)."""
 
     key: str
     title: str
@@ -157,12 +160,15 @@ def demo_seconds(store: RunStore, model: str = DEFAULT_MODEL) -> float:
 
 
 def start_demo(store: RunStore, model: str = DEFAULT_MODEL) -> None:
-    """Start the demo set as one job queue; every piece is validated first, so a model or data
-    the set cannot use raises here, before anything starts."""
-    pieces = demo_pieces(model)
-    for p in pieces:
-        piece_config(store, p)
-    start_queue(store, QUEUE, [QueueItem(p.key, p.title, p.command, p.params) for p in pieces])
+    """Start the demo set as one job queue of resolved configs; every piece is planned first,
+    so a model or data the set cannot use raises here, before anything starts."""
+    items = [QueueItem(p.key, p.title, piece_config(store, p)) for p in demo_pieces(model)]
+    start_queue(store, QUEUE, items)
+
+
+def start_piece(store: RunStore, piece: Piece) -> str:
+    """Start one piece alone as a background job (from its resolved config); the job id."""
+    return start_config_job(store, piece_config(store, piece))
 
 
 def demo_status(store: RunStore) -> QueueStatus | None:
@@ -175,9 +181,4 @@ def cancel_demo(store: RunStore) -> bool:
 
 def cli_line(piece: Piece) -> str:
     """The ``python -m core`` command that computes the same run (the same run id)."""
-    parts = ["python -m core", piece.command]
-    for name, value in piece.params.items():
-        flag = "--" + name.replace("_", "-")
-        values = value if isinstance(value, list | tuple) else [value]
-        parts += [f"{flag} {v}" for v in values]
-    return " ".join(parts)
+    return command_line(piece.command, piece.params)

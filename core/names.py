@@ -54,7 +54,15 @@ def resolve_roles(targets: str) -> tuple[str, ...]:
 
 
 # ---- run kinds (RunConfig.kind) -------------------------------------------------------------------
-EVAL, PRUNE, SLICE, SWEEP, ZEROSHOT = "eval", "prune", "slice", "sweep", "zeroshot"
+# Two things are called a sweep, named apart here:
+# - RELATION_SWEEP: SliceGPT over a grid of s with Paper A's relation fitted (core.runs.
+#   relation_sweep), one stored run of its own; its stored kind string stays "sweep" (data: run
+#   ids of stored runs hash it).
+# - GRID_SWEEP: any method over methods x sparsities x patterns x allocations x seeds
+#   (core.sweeps), no run of its own: each point is an ordinary prune/slice run. The name is
+#   the kind of the job document a background grid job receives (core.sweeps.grid.GridJob).
+EVAL, PRUNE, SLICE, RELATION_SWEEP, ZEROSHOT = "eval", "prune", "slice", "sweep", "zeroshot"
+GRID_SWEEP = "grid-sweep"
 MODEL_KINDS = (EVAL, PRUNE, SLICE)  # kinds whose model a zeroshot run can evaluate
 PRUNED_KINDS = (PRUNE, SLICE)  # kinds that change a model and compare it with the dense one
 
@@ -66,7 +74,7 @@ STAGES: dict[str, str] = {
     "prune": "pruning layer by layer",
     "eval": "evaluating perplexity",
     "effdim": "measuring the effective dimension",
-    "sweep": "slicing at each s",
+    "sweep": "slicing at each s",  # the relation sweep's stage
     "slice": "slicing the model",
     "zeroshot": "zero-shot tasks (lm-eval scoring)",
 }
@@ -77,9 +85,9 @@ T_ALLOCATION = "allocation"  # prune: per-layer target sparsity (uniform / OWL)
 T_ATTENTION_ERRORS = "attention_errors"  # prune of q/k: per-head attention error
 T_BOUNDARIES = "boundaries"  # slice: PCA cut at every residual boundary
 T_EFFDIM = "effdim"  # effective dimension of the residual stream per layer
-T_SWEEP = "sweep"  # sweep: one row per s
-T_ACCURACY = "accuracy"  # sweep with tasks: accuracy per (s, task)
-T_ACCURACY_FIT = "accuracy_fit"  # sweep with tasks: (A2) fits per task and mean
+T_SWEEP = "sweep"  # relation sweep: one row per s
+T_ACCURACY = "accuracy"  # relation sweep with tasks: accuracy per (s, task)
+T_ACCURACY_FIT = "accuracy_fit"  # relation sweep with tasks: (A2) fits per task and mean
 T_ZEROSHOT = "zeroshot"  # zero-shot accuracy per task
 T_ZEROSHOT_ITEMS = "zeroshot_items"  # zero-shot per-item predictions
 T_EVAL_WINDOWS = "eval_windows"  # eval/prune/slice: NLL of every evaluation window

@@ -127,7 +127,7 @@ def offer_run(store: RunStore, page: str, missing: str) -> None:
         eta = estimate_text(store, piece.key, model)
         if st.button(f"Run {piece.title} on {model} ({eta})", type="primary", key=f"{page}_start"):
             try:
-                follow_job(key, jobs.start_job(store, piece.command, piece.params))
+                follow_job(key, demo.start_piece(store, piece))
                 st.rerun()
             except PruneScopeError as exc:
                 show_error(exc)

@@ -8,17 +8,18 @@ from typing import Any
 import streamlit as st
 
 from core import jobs
+from core.cli.reproduce import command_line
 from core.errors import PruneScopeError
 from core.figures.sweeps import accuracy_curves, sweep_curves
-from core.jobs.sweep import (
+from core.jobs.grid_sweep import (
     GRID_STATES,
-    SweepStatus,
+    GridStatus,
     cell_grid,
+    grid_jobs,
+    grid_status,
     grid_table,
-    plan_sweep_job,
-    start_sweep_job,
-    sweep_jobs,
-    sweep_status,
+    plan_grid_job,
+    start_grid_job,
 )
 from core.names import PRUNED_KINDS
 from core.settings.commands import command_fields, defaults, sweep_defaults
@@ -114,18 +115,18 @@ def sweep_form(running: bool) -> dict[str, Any] | None:
 
 def estimate(values: dict[str, Any]) -> tuple[float, str]:
     planned = {k: ("pydoc" if v == UPLOAD else v) for k, v in values.items()}
-    plan = plan_sweep_job(store, planned)
+    plan = plan_grid_job(store, planned)
     points = [c for c in plan.configs if c.kind in PRUNED_KINDS]
     stored = {r.id for r in list_runs(store, status="done")}
     todo = sum(1 for c in points if c.run_id not in stored)
     speed = speed_for(store, plan.configs[0].model)
-    st.caption("Command line: `python -m core " + " ".join(plan.argv) + "`")
+    st.caption(f"Command line: `{command_line('sweep', planned, ['--grid'])}`")
     what = f"{todo} of {len(points)} point(s) to compute, with the dense baseline; {speed.source}"
     return plan.seconds, what
 
 
 # ---- live grid -----------------------------------------------------------------------------------
-def show_grid(status: SweepStatus) -> None:
+def show_grid(status: GridStatus) -> None:
     counts = status.counts()
     total = len(status.cells)
     finished = sum(counts[s] for s in ("cached", "done", "failed", "cancelled"))
@@ -148,7 +149,7 @@ def show_grid(status: SweepStatus) -> None:
 def live_grid(job_id: str) -> None:
     """Polls the sweep once a second: the grid, its counts, Cancel; reruns the page at the
     end."""
-    status = sweep_status(store, job_id)
+    status = grid_status(store, job_id)
     if status.finished:
         st.rerun(scope="app")
     with st.container(border=True):
@@ -161,7 +162,7 @@ def live_grid(job_id: str) -> None:
             st.rerun(scope="app")
 
 
-def show_curves(status: SweepStatus) -> None:
+def show_curves(status: GridStatus) -> None:
     table = grid_table(store, list(status.cells["run_id"]))
     st.plotly_chart(sweep_curves(table), key=f"curves_{status.job_id}")
     if table["acc_mean"].notna().any():
@@ -169,7 +170,7 @@ def show_curves(status: SweepStatus) -> None:
     st.dataframe(table.drop(columns="run_ids"), hide_index=True, key=f"table_{status.job_id}")
 
 
-def outcome(status: SweepStatus) -> None:
+def outcome(status: GridStatus) -> None:
     if status.state == "done":
         st.success(f"Sweep `{status.job_id}` finished in {fmt_seconds(status.elapsed)}.")
     elif status.state == "cancelled":
@@ -178,7 +179,7 @@ def outcome(status: SweepStatus) -> None:
         st.error(f"The sweep failed: {status.error}")
 
 
-def label(status: SweepStatus) -> str:
+def label(status: GridStatus) -> str:
     """'wanda, sparsegpt · s 0.25–0.5 · 5 runs · done  [sweep-…]' for the picker."""
     points = status.cells[status.cells["kind"].isin(PRUNED_KINDS)]
     if points.empty:
@@ -190,13 +191,13 @@ def label(status: SweepStatus) -> str:
 
 # ---- page ----------------------------------------------------------------------------------------
 job_id = current_job(JOB_KEY)
-status = sweep_status(store, job_id) if job_id else None
+status = grid_status(store, job_id) if job_id else None
 try:
     values = sweep_form(running=status is not None and not status.finished)
     if values is not None:
-        job_id = start_sweep_job(store, values)
+        job_id = start_grid_job(store, values)
         follow_job(JOB_KEY, job_id)
-        status = sweep_status(store, job_id)
+        status = grid_status(store, job_id)
 except PruneScopeError as exc:
     show_error(exc)
 
@@ -207,12 +208,12 @@ if status is not None and status.state != "unknown":
         live_grid(job_id)
 
 st.subheader("Results")
-past = sweep_jobs(store)
+past = grid_jobs(store)
 if not past:
     st.info("No sweep yet: choose methods and sparsities above and press Start the sweep.")
 else:
     start = past.index(job_id) if job_id in past else 0
-    statuses = {j: sweep_status(store, j) for j in past}
+    statuses = {j: grid_status(store, j) for j in past}
     chosen = st.selectbox(
         "Sweep", past, index=start, key=key("result"), format_func=lambda j: label(statuses[j])
     )

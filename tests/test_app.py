@@ -18,8 +18,10 @@ from streamlit.testing.v1 import AppTest
 
 from core import jobs
 from core.cli.main import build_parser, field_values
+from core.cli.reproduce import command_flags
+from core.cli.sweep_command import sweep_kind
 from core.models.load import load_model
-from core.names import DEFAULT_DIM
+from core.names import DEFAULT_DIM, RELATION_SWEEP
 from core.settings import request as requests
 from core.settings.config import (
     CalibConfig,
@@ -37,7 +39,7 @@ TINY = ModelSpec("tiny-llama", "cpu", "float32")
 DENSE = RunConfig("eval", TINY, EvalConfig(DataSpec("pydoc"), 64, 4))
 
 
-# ---- helpers ----------------------------------------------------------------------------------------
+# ---- helpers -------------------------------------------------------------------------------------
 def open_page(name: str, timeout: float = 60) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=timeout)
     at.run()
@@ -155,23 +157,54 @@ def fake_gd(store: RunStore) -> str:
                 }
                 for t in steps
             ]
-        groups.append({
-            "layer": layer, "group": 0, "verdict": "supported" if layer == 0 else "contradicted",
-            "reason": "test", "mu_hat": 1e-3, "lipschitz_hessian": 2e-3, "lipschitz_secant": 1e-3,
-            "lipschitz_bound": 2e4, "L_star_lo": 1e-4, "L_star_hi": 1.1e-4, "pl_slope": 0.0,
-            "hessian_slope": 0.0, "n_points": 10, "gap_decades": 2.0, "steps": 5,
-            "mask_delta": 0.1, "attn_fro_rel": 0.01,
-        })  # fmt: skip
-        agree += [{"layer": layer, "role": role, "kept": 10, "shared_magnitude": 8,
-                   "shared_wanda": 9, "agreement_magnitude": 0.8, "agreement_wanda": 0.9}
-                  for role in ("q", "k")]  # fmt: skip
+        groups.append(
+            {
+                "layer": layer,
+                "group": 0,
+                "verdict": "supported" if layer == 0 else "contradicted",
+                "reason": "test",
+                "mu_hat": 1e-3,
+                "lipschitz_hessian": 2e-3,
+                "lipschitz_secant": 1e-3,
+                "lipschitz_bound": 2e4,
+                "L_star_lo": 1e-4,
+                "L_star_hi": 1.1e-4,
+                "pl_slope": 0.0,
+                "hessian_slope": 0.0,
+                "n_points": 10,
+                "gap_decades": 2.0,
+                "steps": 5,
+                "mask_delta": 0.1,
+                "attn_fro_rel": 0.01,
+            }
+        )
+        agree += [
+            {
+                "layer": layer,
+                "role": role,
+                "kept": 10,
+                "shared_magnitude": 8,
+                "shared_wanda": 9,
+                "agreement_magnitude": 0.8,
+                "agreement_wanda": 0.9,
+            }
+            for role in ("q", "k")
+        ]
     with store.begin(cfg) as w:
         w.write_table("gd_trajectory", traj)
         w.write_table("gd_groups", groups)
         w.write_table("gd_agreement", agree)
-        w.commit({"dense_ppl": 250.0, "ppl": 251.0, "achieved_sparsity": 0.5,
-                  "mask_agreement_magnitude": 0.8, "mask_agreement_wanda": 0.9,
-                  "mask_delta": 0.1, "gd_verdict": "contradicted"})  # fmt: skip
+        w.commit(
+            {
+                "dense_ppl": 250.0,
+                "ppl": 251.0,
+                "achieved_sparsity": 0.5,
+                "mask_agreement_magnitude": 0.8,
+                "mask_agreement_wanda": 0.9,
+                "mask_delta": 0.1,
+                "gd_verdict": "contradicted",
+            }
+        )
     return cfg.run_id
 
 
@@ -208,7 +241,7 @@ def filled_store(store) -> dict[str, str]:
     }
 
 
-# ---- pages on an empty store --------------------------------------------------------------------------
+# ---- pages on an empty store ---------------------------------------------------------------------
 def test_home_page_says_what_device_and_models(store_root) -> None:
     at = open_page("home")
     body = texts(at.markdown) + texts(at.warning) + texts(at.success)
@@ -234,7 +267,7 @@ def test_pages_render_on_an_empty_store(store_root, page) -> None:
         assert "python -m core" in texts(at.caption)
 
 
-# ---- pages with stored runs ------------------------------------------------------------------------------
+# ---- pages with stored runs ----------------------------------------------------------------------
 def test_prune_page_shows_a_stored_result(filled_store) -> None:
     at = open_page("prune")
     assert "gemma3-270m" in at.selectbox(key="model").options  # both real models offered
@@ -323,8 +356,12 @@ def test_repdim_page_relation_slider_reads_the_relation(filled_store) -> None:
 
 def test_repdim_page_matched_budget_chart(store) -> None:
     dense = fake_dense(store)
-    for method, kept, ppl in [("wanda", 0.9, 300.0), ("wanda", 0.6, 600.0),
-                              ("magnitude", 0.9, 400.0), ("magnitude", 0.6, 900.0)]:  # fmt: skip
+    for method, kept, ppl in [
+        ("wanda", 0.9, 300.0),
+        ("wanda", 0.6, 600.0),
+        ("magnitude", 0.9, 400.0),
+        ("magnitude", 0.6, 900.0),
+    ]:
         cfg = tiny_prune_config(PruneConfig(method, round(1 - kept, 2)))
         with store.begin(cfg) as w:
             w.commit({"ppl": ppl, "dense_run": dense, "kept_params": kept, "latency": 1.0})
@@ -345,7 +382,7 @@ def test_runs_page_lists_every_run(filled_store) -> None:
     assert len(at.get("plotly_chart")) == 1
 
 
-# ---- a real job through the Prune page ----------------------------------------------------------------------
+# ---- a real job through the Prune page -----------------------------------------------------------
 def fill_prune_form(at: AppTest, **values) -> None:
     settings = {
         "model": "tiny-llama",
@@ -521,10 +558,15 @@ def test_sweep_form_and_cli_give_the_same_run_id(store) -> None:
     """The form's values and the CLI flags built from them plan one run id."""
     at = open_page("repdim")
     values = {"method": "slicegpt"}
-    values.update({name: widget_of(at, f"sweep_{name}").value for name in
-                   ("model", "sparsities", "device", "nsamples", "calib_seqlen", "seqlen")})  # fmt: skip
+    values.update(
+        {
+            name: widget_of(at, f"sweep_{name}").value
+            for name in ("model", "sparsities", "device", "nsamples", "calib_seqlen", "seqlen")
+        }
+    )
     app = requests.plan_request("sweep", values)
-    args = build_parser().parse_args(["sweep", *requests.to_argv("sweep", values)])
+    args = build_parser().parse_args(["sweep", *command_flags("sweep", values)])
+    assert sweep_kind(args, field_values(args)) == RELATION_SWEEP
     assert requests.plan_request("sweep", field_values(args)).run_id == app.run_id
 
 
@@ -566,7 +608,7 @@ def test_unwritable_store_is_one_error(tmp_path, monkeypatch) -> None:
 
 # ---- zero-shot accuracy ------------------------------------------------------------------------
 def fake_accuracy_sweep(store: RunStore) -> str:
-    """A sweep with accuracy and (A2) fit tables, as core.slicing.run_sweep writes them."""
+    """A sweep with accuracy and (A2) fit tables, as core.slicing.run_relation_sweep writes them."""
     cfg = RunConfig("sweep", TINY, extra=(("grid", (0.25, 0.5)), ("zeroshot", {"tasks": ["piqa"]})))
     d, ppl0 = 64, 20.0
     sweep = [

@@ -15,9 +15,12 @@ from test_app import open_page, texts
 from test_app import widget_of as widget
 
 from core.cli.main import build_parser, field_values
+from core.cli.reproduce import command_flags
+from core.cli.sweep_command import sweep_kind
 from core.figures.sweeps import DENSE as FIGURE_DENSE
 from core.figures.sweeps import accuracy_curves, sweep_curves
-from core.jobs.sweep import cell_grid, sweep_status
+from core.jobs.grid_sweep import cell_grid, grid_status
+from core.names import GRID_SWEEP
 from core.settings import commands as fields
 from core.settings import request as requests
 from core.settings.method_options import all_option_fields, option_pairs
@@ -70,7 +73,7 @@ def test_sweep_and_prune_defaults_agree(preset) -> None:
 def test_a_grid_point_is_the_prune_page_run() -> None:
     """The same choice on the Prune page and in a sweep is one run id (computed once)."""
     prune = requests.plan_request("prune", {**TINY, "method": "sparsegpt", "sparsity": 0.5})
-    spec = requests.sweep_spec({**TINY, "method": ["wanda", "sparsegpt"], "sparsities": [0.5]})
+    spec = requests.grid_spec({**TINY, "method": ["wanda", "sparsegpt"], "sparsities": [0.5]})
     assert prune.run_id in {c.run_id for c in resolve_grid(spec)}
 
 
@@ -84,13 +87,14 @@ def test_cli_and_app_sweeps_give_the_same_run_ids() -> None:
         "seeds": [0, 1],
         "option": option_pairs("sparsegpt", {"percdamp": 0.05}, "sparsegpt."),
     }
-    args = build_parser().parse_args(["sweep", *requests.to_argv("sweep", app)])
-    cli_ids = [c.run_id for c in resolve_grid(requests.sweep_spec(field_values(args)))]
-    app_ids = [c.run_id for c in resolve_grid(requests.sweep_spec(app))]
+    args = build_parser().parse_args(["sweep", *command_flags("sweep", app)])
+    assert sweep_kind(args, field_values(args)) == GRID_SWEEP
+    cli_ids = [c.run_id for c in resolve_grid(requests.grid_spec(field_values(args)))]
+    app_ids = [c.run_id for c in resolve_grid(requests.grid_spec(app))]
     assert cli_ids == app_ids and len(app_ids) == 1 + 2 * 2 * 3  # dense + methods×points×seeds
     # the per-method option reached sparsegpt's runs only
     options = {
-        c.prune.method: dict(c.prune.options) for c in resolve_grid(requests.sweep_spec(app))[1:]
+        c.prune.method: dict(c.prune.options) for c in resolve_grid(requests.grid_spec(app))[1:]
     }
     assert options["sparsegpt"]["percdamp"] == 0.05 and "percdamp" not in options["wanda"]
 
@@ -143,7 +147,8 @@ def test_sweep_form_command_line_is_the_cli_path(store_root) -> None:
         widget(at, f"sw_{name}").set_value(value)
     at.run()
     args = build_parser().parse_args(command_line(at))
-    cli = resolve_grid(requests.sweep_spec(field_values(args)))
+    assert args.grid and sweep_kind(args, field_values(args)) == GRID_SWEEP
+    cli = resolve_grid(requests.grid_spec(field_values(args)))
     prune = requests.plan_request("prune", {**TINY, "method": "wanda", "sparsity": 0.5})
     assert prune.run_id in {c.run_id for c in cli}
     assert "4 of 4 point(s)" in texts(at.caption)
@@ -162,7 +167,7 @@ def start(at: AppTest, **values) -> str:
 
 def wait(at: AppTest, store: RunStore, job: str, until, limit: float = 240) -> None:
     deadline = time.monotonic() + limit
-    while not until(sweep_status(store, job)) and time.monotonic() < deadline:
+    while not until(grid_status(store, job)) and time.monotonic() < deadline:
         time.sleep(0.5)
     at.run()
 
@@ -171,9 +176,7 @@ def test_sweep_runs_live_and_draws_its_curves(store) -> None:
     at = open_page("sweeps")
     job = start(at, method=["magnitude", "wanda"], sparsities=[0.25, 0.5])
     # while it runs: the live grid with its counts and a Cancel button
-    assert (
-        any(b.label == "Cancel the sweep" for b in at.button) or sweep_status(store, job).finished
-    )
+    assert any(b.label == "Cancel the sweep" for b in at.button) or grid_status(store, job).finished
     seen: set[str] = set()
 
     def poll(status) -> bool:
@@ -182,7 +185,7 @@ def test_sweep_runs_live_and_draws_its_curves(store) -> None:
 
     wait(at, store, job, poll)
     assert "queued" in seen  # the grid was drawn before its points finished
-    status = sweep_status(store, job)
+    status = grid_status(store, job)
     assert status.state == "done", status.error
     assert status.counts()["done"] == 5 and status.counts()["queued"] == 0  # dense + 2 × 2
     assert "finished" in texts(at.success)
@@ -208,11 +211,11 @@ def test_cancel_stops_the_sweep_and_keeps_finished_points(store) -> None:
         max_windows=64,
     )
     wait(at, store, job, lambda s: (s.cells["state"] == "running").any() or s.finished, 120)
-    assert not sweep_status(store, job).finished, "the sweep ended before it could be cancelled"
+    assert not grid_status(store, job).finished, "the sweep ended before it could be cancelled"
     next(b for b in at.button if b.label == "Cancel the sweep").click()
     at.run()
     wait(at, store, job, lambda s: s.finished, 60)
-    status = sweep_status(store, job)
+    status = grid_status(store, job)
     assert status.state == "cancelled"
     assert "cancelled" in texts(at.warning)
     assert [r for r in store.list() if r.status == "running"] == []

@@ -20,6 +20,7 @@ from core.jobs import queue
 from core.jobs.status import JobStatus
 from core.runs import plan_eval
 from core.settings import request as requests
+from core.settings.config import ModelSpec, RunConfig
 from core.store.run_store import RunStore
 
 
@@ -32,6 +33,16 @@ def test_every_piece_plans_and_the_dense_piece_is_their_baseline(store) -> None:
             assert plan_eval(cfg.model, cfg.eval).run_id == dense_id, key
             assert (cfg.calib.nsamples, cfg.calib.seqlen) == (8, 128)
     assert len({c.run_id for c in configs.values()}) == len(pieces)  # no piece twice
+
+
+def test_the_queue_carries_each_piece_resolved(store, monkeypatch) -> None:
+    """The demo queue holds each piece's resolved config (what its job receives as JSON)."""
+    queued = {}
+    monkeypatch.setattr(demo, "start_queue", lambda st, name, items: queued.update(items=items))
+    demo.start_demo(store, "tiny-llama")
+    pieces = demo.demo_pieces("tiny-llama")
+    expect = {p.key: demo.piece_config(store, p).run_id for p in pieces}
+    assert {i.key: i.config.run_id for i in queued["items"]} == expect
 
 
 def test_zero_shot_joins_the_set_only_where_its_items_can_be_read(tmp_path, monkeypatch) -> None:
@@ -68,11 +79,12 @@ def test_cli_line_gives_the_same_run_id(store, key) -> None:
     assert cli.run_id == demo.piece_config(store, piece).run_id
 
 
-# ---- the queue (start_job / job_status replaced: no subprocesses) ------------------------------------
+# ---- the queue (start_job / job_status replaced: no subprocesses) --------------------------------
 def fake_jobs(monkeypatch, outcomes: dict[str, str], started: list[str]) -> None:
-    def start_job(store, command, params):
-        started.append(params["name"])
-        return f"job-{params['name']}"
+    def start_config_job(store, cfg):
+        name = cfg.model.name.removeprefix("m-")
+        started.append(name)
+        return f"job-{name}"
 
     def job_status(store, job_id):
         name = job_id.removeprefix("job-")
@@ -81,13 +93,13 @@ def fake_jobs(monkeypatch, outcomes: dict[str, str], started: list[str]) -> None
             raise KeyboardInterrupt
         return JobStatus(job_id, state, run_id=f"run-{name}", error=None)
 
-    monkeypatch.setattr(queue, "start_job", start_job)
+    monkeypatch.setattr(queue, "start_config_job", start_config_job)
     monkeypatch.setattr(queue, "job_status", job_status)
     monkeypatch.setattr(queue, "cancel", lambda *a, **k: True)
 
 
 def items(*names: str) -> list[queue.QueueItem]:
-    return [queue.QueueItem(n, n.upper(), "eval", {"name": n}) for n in names]
+    return [queue.QueueItem(n, n.upper(), RunConfig("eval", ModelSpec(f"m-{n}"))) for n in names]
 
 
 def write_queue(store: RunStore, names: tuple[str, ...]) -> None:
@@ -97,11 +109,15 @@ def write_queue(store: RunStore, names: tuple[str, ...]) -> None:
         "finished": None,
         "cancelled": False,
         "items": [
-            {"key": i.key, "title": i.title, "command": i.command, "params": dict(i.params),
-             "state": "waiting"}
+            {
+                "key": i.key,
+                "title": i.title,
+                "config": i.config.to_dict(),
+                "state": "waiting",
+            }
             for i in items(*names)
         ],
-    }  # fmt: skip
+    }
     queue._write(store, "q", state)
 
 
@@ -142,15 +158,11 @@ def test_a_driver_that_died_reads_as_interrupted(store) -> None:
 def test_real_queue_of_two_tiny_runs(store) -> None:
     """The driver subprocess starts real jobs one after another."""
     base = {"model": "tiny-llama", "device": "cpu", "seqlen": 32, "max_windows": 2}
-    queue.start_queue(
-        store,
-        "q",
-        [
-            queue.QueueItem("d", "dense", "eval", {**base, "dataset": "pydoc"}),
-            queue.QueueItem("w", "wanda", "prune", {**base, "calib": "pydoc", "eval": "pydoc",
-                                                   "nsamples": 2}),
-        ],
-    )  # fmt: skip
+    dense = requests.plan_request("eval", {**base, "dataset": "pydoc"})
+    prune = {**base, "calib": "pydoc", "eval": "pydoc", "nsamples": 2}
+    wanda = requests.plan_request("prune", prune)
+    items = [queue.QueueItem("d", "dense", dense), queue.QueueItem("w", "wanda", wanda)]
+    queue.start_queue(store, "q", items)
     deadline = time.time() + 300
     while not (status := queue.queue_status(store, "q")).finished and time.time() < deadline:
         time.sleep(1)
@@ -158,7 +170,7 @@ def test_real_queue_of_two_tiny_runs(store) -> None:
     assert store.get(status.items[1].run_id).kind == "prune"
 
 
-# ---- the app: Home's button, the sidebar's progress ------------------------------------------------------
+# ---- the app: Home's button, the sidebar's progress ----------------------------------------------
 def demo_state(store: RunStore, states: list[str], pid: int | None) -> None:
     write_queue(store, tuple(f"p{i}" for i in range(len(states))))
     state = queue.read_queue(store, "q")

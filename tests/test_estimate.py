@@ -29,7 +29,7 @@ from core.planning.speed import (
 )
 from core.runs import RunOptions, execute
 from core.settings import request as requests
-from core.sweeps.grid import SweepSpec, resolve_grid
+from core.sweeps.grid import GridSpec, resolve_grid
 
 BASE = {"model": "smollm2-135m", "device": "cpu", "calib": "pydoc", "eval": "pydoc"}
 QUICK = {"nsamples": 8, "calib_seqlen": 128, "seqlen": 128, "max_windows": 8}
@@ -109,7 +109,7 @@ def test_every_kind_has_an_estimate(store) -> None:
 
 
 def test_grid_counts_the_baseline_once() -> None:
-    spec = SweepSpec(plan().model, ("wanda", "sparsegpt"), (0.3, 0.5), plan().calib, plan().eval)
+    spec = GridSpec(plan().model, ("wanda", "sparsegpt"), (0.3, 0.5), plan().calib, plan().eval)
     configs = resolve_grid(spec)
     total = estimate_many(configs)
     singles = sum(estimate_seconds(c) for c in configs if c.kind == "prune")
@@ -149,7 +149,7 @@ def test_speed_scales_the_estimate() -> None:
     assert estimate_seconds(cfg, speed=fast) < estimate_seconds(cfg, speed=slow)
 
 
-# ---- the calibration rule (core.planning.speed) on hand-made stored-run records, no timing ----------------
+# ---- the calibration rule (core.planning.speed) on hand-made stored-run records, no timing -------
 def _wall(cfg, rate: float, prune_s: float, dense_inline: bool = False) -> float:
     """The wall time a run of ``cfg`` takes at ``rate`` by the cost model."""
     shape = model_shape(cfg.model)

@@ -14,7 +14,7 @@ from core.errors import ConfigError
 from core.names import FULL, LEAN
 from core.planning.cost import changed_model_flops, model_shape
 from core.planning.estimate import estimate_seconds
-from core.runs.plan import sweep_points
+from core.runs.plan import relation_sweep_points
 from core.settings.config import CalibConfig, PruneConfig, RunConfig
 from core.settings.request import plan_request
 
@@ -73,7 +73,7 @@ def test_measure_reaches_prune_slice_and_sweep_points() -> None:
     slice_ = plan_request("slice", {**TINY, "measure": "lean"})
     sweep = plan_request("sweep", {**TINY, "sparsities": "0.1,0.2", "measure": "lean"})
     assert prune.lean and slice_.lean and sweep.lean
-    assert all(c.lean for _, configs in sweep_points(sweep) for c in configs)
+    assert all(c.lean for _, configs in relation_sweep_points(sweep) for c in configs)
     assert not plan_request("prune", TINY).lean
 
 

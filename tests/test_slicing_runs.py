@@ -7,7 +7,7 @@ import pytest
 
 from core.cli.main import main
 from core.errors import ConfigError
-from core.runs import effdim_report, run_prune, run_slice, run_sweep
+from core.runs import effdim_report, run_prune, run_relation_sweep, run_slice
 from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
@@ -50,7 +50,7 @@ def test_prune_dispatches_slicegpt(store):
 
 
 def test_sweep_relation_and_effdim(store):
-    res = run_sweep(MODEL, (0.0, 0.25, 0.5), CALIB, EVAL, store)
+    res = run_relation_sweep(MODEL, (0.0, 0.25, 0.5), CALIB, EVAL, store)
     sweep = store.load(res["run_id"]).table("sweep")
     assert sweep["d_prime"].tolist() == [64, 48, 32]
     assert sweep["predicted_ppl"].iloc[0] == pytest.approx(res["metrics"]["ppl0"])
@@ -86,7 +86,7 @@ def test_cli_slice_sweep_effdim(capsys, store_root, tiny_flags):
 
 
 def test_sweep_over_seeds_has_intervals_and_a_verdict(store):
-    res = run_sweep(MODEL, (0.0, 0.25, 0.5), CALIB, EVAL, store, seeds=(0, 1))
+    res = run_relation_sweep(MODEL, (0.0, 0.25, 0.5), CALIB, EVAL, store, seeds=(0, 1))
     m = res["metrics"]
     assert m["n_seeds"] == 2 and m["n_windows"] == 4
     for sfx in ("", "_eff"):

@@ -11,8 +11,10 @@ import time
 import pytest
 from sweep_helpers import start_killer
 
-from core.cli.main import main
+from core.cli.main import build_parser, field_values, main
+from core.cli.sweep_command import sweep_kind
 from core.errors import ConfigError, StoreError, SweepError
+from core.names import GRID_SWEEP, RELATION_SWEEP
 from core.runs import plan_prune, plan_slice
 from core.settings.config import (
     CalibConfig,
@@ -22,18 +24,21 @@ from core.settings.config import (
     PruneConfig,
     RunConfig,
 )
+from core.settings.request import plan_request
 from core.store.heartbeat import STALE_S, Heartbeat, run_alive
 from core.store.run_store import RunStore
-from core.sweeps.executors import LocalExecutor, make_executor, pack_runs, unpack_runs
-from core.sweeps.grid import SweepSpec, resolve_grid
+from core.sweeps import ray_cluster
+from core.sweeps.executors import LocalExecutor, make_executor
+from core.sweeps.grid import GridJob, GridSpec, resolve_grid
 from core.sweeps.orchestrate import run_sweep_grid, sweep_table, table_records
+from core.sweeps.workers import pack_runs, unpack_runs
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)
 CALIB = CalibConfig(DataSpec("pydoc", "train"), nsamples=4, seqlen=64, seed=0)
 
 
-def spec(**kw) -> SweepSpec:
+def spec(**kw) -> GridSpec:
     base = {
         "model": MODEL,
         "methods": ("magnitude",),
@@ -41,7 +46,7 @@ def spec(**kw) -> SweepSpec:
         "calib": CALIB,
         "eval": EVAL,
     }
-    return SweepSpec(**{**base, **kw})
+    return GridSpec(**{**base, **kw})
 
 
 # ---- grid ----------------------------------------------------------------------------------------
@@ -128,7 +133,7 @@ def test_table_mean_and_spread_over_seeds():
     assert table_records(df)[1]["ppl_std"] is None
 
 
-# ---- store: heartbeat and import -------------------------------------------------------------------
+# ---- store: heartbeat and import -----------------------------------------------------------------
 def test_liveness_is_the_heartbeat_not_another_hosts_pid():
     now = time.time()
     here = socket.gethostname()
@@ -183,7 +188,7 @@ def test_import_run_folder_once(store, tmp_path):
         store.import_run(bad)
 
 
-# ---- bad input: one clear error before any work, nothing stored ------------------------------------
+# ---- bad input: one clear error before any work, nothing stored ----------------------------------
 def _n_runs(root) -> int:
     db = root / "index.sqlite"
     return (
@@ -271,7 +276,114 @@ def test_private_ray_cluster_shares_the_cores_as_the_local_pool_does(workers):
     worker runs with every core's threads, as LocalExecutor(1) does."""
     cores = os.cpu_count() or 1
     ex = make_executor("ray", workers, ray_address="local")
-    assert ex.address is None and ex.num_cpus == cores
+    assert ex.address == "local" and ex.num_cpus == cores
     assert ex.cpus_per_task == max(1, cores // workers)
     remote = make_executor("ray", workers, ray_address="10.0.0.1:6379")
     assert remote.address == "10.0.0.1:6379" and remote.num_cpus is None
+
+
+# ---- which Ray cluster (Ray's own convention; no cluster is started here) ----------------------
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """A machine with no RAY_ADDRESS and no `ray start` head."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray_cluster, "head_address", lambda: None)
+
+
+def _listening() -> tuple[socket.socket, str]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    return server, f"127.0.0.1:{server.getsockname()[1]}"
+
+
+def test_no_address_and_no_cluster_starts_a_private_one_and_says_so(no_cluster):
+    target, where = ray_cluster.choose_cluster(None)
+    assert target is None and "private local Ray cluster" in where and "RAY_ADDRESS" in where
+    ex = make_executor("ray", 2)  # the CLI's default: no --ray-address
+    assert ex.address is None and not ex.private  # decided when checked, not when built
+
+
+def test_no_address_follows_ray_address_then_a_local_head(no_cluster, monkeypatch):
+    server, address = _listening()
+    try:
+        monkeypatch.setattr(ray_cluster, "head_address", lambda: address)
+        assert ray_cluster.choose_cluster(None)[0] == address  # the head `ray start` runs
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        target, where = ray_cluster.choose_cluster(None)
+        assert target == address and "RAY_ADDRESS" in where
+    finally:
+        server.close()
+
+
+def test_a_head_that_does_not_answer_is_not_a_cluster(no_cluster, monkeypatch):
+    server, address = _listening()
+    server.close()  # the record of a head that has stopped
+    monkeypatch.setattr(ray_cluster, "head_address", lambda: address)
+    target, where = ray_cluster.choose_cluster(None)
+    assert target is None and "does not answer" in where
+
+
+def test_an_address_asked_for_that_does_not_answer_is_an_error(no_cluster, monkeypatch):
+    with pytest.raises(ConfigError, match=r"cannot reach the Ray cluster at 127\.0\.0\.1:9"):
+        ray_cluster.choose_cluster("127.0.0.1:9")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
+    with pytest.raises(ConfigError, match=r"127\.0\.0\.1:9 \(from \$RAY_ADDRESS\)"):
+        ray_cluster.choose_cluster(None)
+    assert ray_cluster.choose_cluster("local")[0] is None
+    assert ray_cluster.choose_cluster("auto")[0] == "auto"  # Ray's own: an error if none runs
+
+
+# ---- `sweep` means one of two things, chosen at the CLI only ------------------------------------
+@pytest.mark.parametrize(
+    "flags, kind",
+    [
+        ([], RELATION_SWEEP),  # the default method, slicegpt alone
+        (["--method", "slicegpt", "--seeds", "0,1"], RELATION_SWEEP),
+        (["--method", "wanda"], GRID_SWEEP),
+        (["--method", "slicegpt,wanda"], GRID_SWEEP),
+        (["--grid"], GRID_SWEEP),  # slicegpt alone, asked for as a grid
+        (["--allocations", "uniform,owl"], GRID_SWEEP),
+        (["--option", "slicegpt.ridge=0.1"], GRID_SWEEP),
+        (["--executor", "ray"], GRID_SWEEP),
+    ],
+)
+def test_sweep_kind_rule(flags, kind):
+    args = build_parser().parse_args(["sweep", *flags])
+    assert sweep_kind(args, field_values(args)) == kind
+
+
+def test_the_relation_sweep_planner_refuses_a_grid():
+    """Below the CLI nothing guesses: planning the relation sweep of another method is an
+    error, not a silent grid."""
+    with pytest.raises(ConfigError, match="slicegpt"):
+        plan_request(RELATION_SWEEP, {"method": "wanda", "sparsities": "0.5"})
+
+
+# ---- a grid job receives its resolved grid as JSON ----------------------------------------------
+def test_grid_job_json_round_trip_keeps_every_run_id():
+    configs = resolve_grid(spec(methods=("wanda", "slicegpt"), sparsities=(0.25, 0.5)))
+    job = GridJob(tuple(configs))
+    again = GridJob.from_json(job.to_json())
+    assert [c.run_id for c in again.configs] == [c.run_id for c in configs]
+    with pytest.raises(ConfigError, match="not a grid job"):
+        GridJob.from_json(json.dumps(configs[1].to_dict()))  # a single run's config
+    with pytest.raises(ConfigError):
+        GridJob(())
+
+
+def test_run_config_runs_a_grid_job_as_the_sweep_command_would(store_root, capsys, tmp_path):
+    """`run --config GRID.json` (how the app's grid jobs launch) stores exactly the planned
+    run ids and prints the sweep's table; a second run reuses them all."""
+    configs = resolve_grid(spec(sparsities=(0.5,)))
+    path = tmp_path / "grid.json"
+    path.write_text(GridJob(tuple(configs)).to_json())
+    argv = ["run", "--config", str(path), "--store", str(store_root), "--quiet"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["run_ids"] == [c.run_id for c in configs] and out["computed"] == 2
+    assert {r.id for r in RunStore(store_root).list(status="done")} == set(out["run_ids"])
+    assert main(argv) == 0
+    assert "2 runs (0 computed, 2 reused)" in capsys.readouterr().out
+    path.write_text('{"kind": "grid-sweep", "configs": [{"kind": "eval"}]}')
+    assert main(argv) == 2 and "not a run configuration" in capsys.readouterr().err

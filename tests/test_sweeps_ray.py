@@ -2,20 +2,26 @@
 ends identical to the same sweep run in-process, and a worker process killed mid-sweep is
 retried with nothing lost or duplicated."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 from sweep_helpers import start_killer
 
 from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec
 from core.store.run_store import RunStore
 from core.sweeps.executors import LocalExecutor, RayExecutor
-from core.sweeps.grid import SweepSpec
+from core.sweeps.grid import GridSpec
 from core.sweeps.orchestrate import run_sweep_grid
+from core.sweeps.ray_cluster import head_address
 
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
 
 # 6 configurations (3 methods x 2 sparsities) and their dense baseline, on a tiny model.
-SPEC = SweepSpec(
+SPEC = GridSpec(
     ModelSpec("tiny-llama", "cpu", "float32"),
     ("magnitude", "wanda", "sparsegpt"),
     (0.3, 0.6),
@@ -46,10 +52,29 @@ def local_store(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cluster():
-    executor = RayExecutor(address=None, num_cpus=2)
+    executor = RayExecutor(address="local", workers=2, cores=2)
     executor.check()  # starts the private cluster
     yield executor
     ray.shutdown()
+
+
+def test_cli_without_an_address_starts_a_private_cluster_and_says_so(tmp_path) -> None:
+    """No RAY_ADDRESS, no head on this machine: `sweep --executor ray` starts a private
+    cluster, says so, and runs the grid (a process of its own, as a user's command)."""
+    if head_address() is not None:
+        pytest.skip("a `ray start` head runs on this machine")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    argv = ["sweep", "--model", "tiny-llama", "--device", "cpu", "--method", "wanda"]
+    argv += ["--sparsities", "0.5", "--calib", "pydoc", "--eval", "pydoc", "--nsamples", "2"]
+    argv += ["--seqlen", "32", "--max-windows", "2", "--executor", "ray"]
+    argv += ["--store", str(tmp_path / "store"), "--json", "--quiet"]
+    out = subprocess.run(
+        [sys.executable, "-m", "core", *argv], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "private local Ray cluster" in out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["computed"] == 2 and "private local Ray cluster" in result["where"]
 
 
 def _snapshot(store: RunStore) -> dict[str, tuple[str, dict]]:

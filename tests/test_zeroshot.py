@@ -295,10 +295,10 @@ def test_saved_model_is_used(store, task_dir, tmp_path):
 
 
 def test_sweep_fits_the_accuracy_relation(store, task_dir):
-    from core.runs import run_sweep
+    from core.runs import run_relation_sweep
 
     cfg = ZeroShotConfig(("piqa", "winogrande"), None, task_dir)
-    res = run_sweep(MODEL, (0.25, 0.5), CALIB, EVAL, store, zeroshot=cfg)
+    res = run_relation_sweep(MODEL, (0.25, 0.5), CALIB, EVAL, store, zeroshot=cfg)
     run = store.load(res["run_id"])
     acc = run.table("accuracy")
     assert sorted(set(acc["s"])) == [0.0, 0.25, 0.5] and set(acc["task"]) == {"piqa", "winogrande"}

@@ -30,6 +30,7 @@ from core.cli.output import TqdmProgress, print_human
 from core.errors import ConfigError, PruneScopeError, StoreError
 from core.families import family_support, method_patterns
 from core.methods import available_methods, get_method
+from core.names import GRID_SWEEP
 from core.runs import RunOptions, effdim_report, execute
 from core.settings.commands import CHOICE, COMMANDS, FLAG, FLOAT, INT, LIST, Field
 from core.settings.config import RunConfig
@@ -40,6 +41,9 @@ from core.settings.request import (
 from core.store.reindex import rebuild_index
 from core.store.report import write_report
 from core.store.run_store import RunStore, default_root
+from core.sweeps.executors import LocalExecutor
+from core.sweeps.grid import GridJob, is_grid_job
+from core.sweeps.orchestrate import run_grid
 
 log = logging.getLogger("core.cli.main")
 
@@ -47,7 +51,8 @@ HELP = {
     "eval": "dense perplexity of a model on a corpus",
     "prune": "prune a model and compare its perplexity with the dense one",
     "slice": "SliceGPT: slice the representation dimension d to (1-s)d",
-    "sweep": "perplexity against d' over a grid of s, with Paper A's relation",
+    "sweep": "the relation sweep (slicegpt: perplexity against d' over a grid of s, with "
+    "Paper A's relation) or a grid sweep of any method (--grid, or any other method)",
     "zeroshot": "zero-shot accuracy (lm-eval scoring) of a model or run",
 }
 RUNS_ACTIONS = {
@@ -107,8 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
             cli_sweep.add_grid_args(p)
         _add_common(p)
 
-    p = sub.add_parser("run", help="execute a resolved run configuration (JSON; background jobs)")
-    p.add_argument("--config", required=True, metavar="FILE", help="RunConfig as JSON")
+    p = sub.add_parser("run", help="execute a resolved configuration (JSON; background jobs)")
+    p.add_argument(
+        "--config", required=True, metavar="FILE", help="a RunConfig or a resolved grid, as JSON"
+    )
     p.add_argument("--save", default=None, metavar="DIR", help="save the changed model in DIR")
     p.add_argument("--activations-on-cpu", action="store_true")
     _add_common(p)
@@ -156,20 +163,30 @@ def cmd_run_command(args: argparse.Namespace, progress: TqdmProgress) -> dict[st
     """eval, prune, slice, sweep, zeroshot: plan from the flags, then execute."""
     store = RunStore(args.store)
     values = field_values(args)
-    if args.command == "sweep" and cli_sweep.is_grid(args, values):
+    if args.command == "sweep" and cli_sweep.sweep_kind(args, values) == GRID_SWEEP:
         return cli_sweep.cmd_grid(args, progress, values, store)
     cfg = plan_request(args.command, values, store)
     return execute(cfg, store, progress, run_options(args.command, values, args.force))
 
 
 def cmd_run_config(args: argparse.Namespace, progress: TqdmProgress) -> dict[str, Any]:
-    """``run --config FILE``: a resolved RunConfig written by the app's background jobs."""
+    """``run --config FILE``: the one launch protocol of background jobs. FILE holds a
+    resolved configuration as JSON: a RunConfig (eval, prune, slice, relation sweep,
+    zeroshot) or a resolved grid sweep (core.sweeps.grid.GridJob, run in this process)."""
     try:
-        cfg = RunConfig.from_dict(json.loads(Path(args.config).read_text()))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        doc = json.loads(Path(args.config).read_text())
+        job = GridJob.from_dict(doc) if is_grid_job(doc) else None
+        cfg = RunConfig.from_dict(doc) if job is None else None
+    except (OSError, ValueError, KeyError, TypeError, ConfigError) as exc:
         raise ConfigError(f"{args.config} is not a run configuration: {exc}") from exc
+    store = RunStore(args.store)
+    if job is not None:
+        if args.force or args.save or args.activations_on_cpu:
+            raise ConfigError("--force, --save and --activations-on-cpu are for single runs")
+        executor = LocalExecutor()
+        return run_grid(list(job.configs), store, executor, cli_sweep.grid_progress(progress))
     opts = RunOptions(args.force, args.save, args.activations_on_cpu)
-    return execute(cfg, RunStore(args.store), progress, opts)
+    return execute(cfg, store, progress, opts)
 
 
 def cmd_effdim(args: argparse.Namespace, progress: TqdmProgress) -> dict[str, Any]:

@@ -190,7 +190,7 @@ def print_human(command: str, out: Any) -> None:
     if command == "effdim":
         print("\n".join(effdim_lines(out)))
         return
-    if command == "sweep" and "table" in out:  # a grid sweep (core.cli.sweep_command)
+    if "table" in out and "run_ids" in out:  # a grid sweep (sweep, or run --config GRID)
         print("\n".join(grid_lines(out)))
         return
     if "metrics" not in out:

@@ -1,10 +1,18 @@
-"""CLI of grid sweeps of any method (``python -m core sweep``) and their executors.
+"""The ``sweep`` command's two meanings, chosen here once, and the grid sweep's executors.
 
-``sweep --method slicegpt`` alone (the default, with or without --seeds) keeps the SliceGPT
-sweep with Paper A's relation (core.runs.relation_sweep); a method list, any grid axis, a METHOD.KEY
-option or an executor flag runs the grid sweep of core.sweeps.orchestrate on the chosen executor and
-prints the perplexity-vs-sparsity table. The grid comes from the sweep command's fields
-through core.settings.request.sweep_spec, the path the app's sweep form takes too.
+``sweep`` runs one of two things (core.names): the relation sweep (SliceGPT over a grid of s
+with Paper A's relation, core.runs.relation_sweep) or the grid sweep (any method over methods
+× sparsities × patterns × allocations × seeds on an executor, core.sweeps). ``sweep_kind`` is
+the one rule, kept as it always was for users:
+
+- ``--grid`` asks for the grid sweep;
+- else the relation sweep when ``--method`` is slicegpt alone (the default, with or without
+  --seeds) and nothing only a grid has is given (another pattern, allocation or target set,
+  a METHOD.KEY option, an executor flag);
+- else the grid sweep.
+
+Below this edge nothing guesses: the relation sweep is planned by
+``plan_request(RELATION_SWEEP, ...)``, the grid by ``core.settings.request.grid_spec``.
 
 Examples::
 
@@ -12,16 +20,19 @@ Examples::
     python -m core sweep --method sparsegpt --patterns unstructured,2:4 --allocations uniform,owl
     python -m core sweep --method wanda --seeds 0,1,2 --executor local --workers 2
     python -m core sweep --method wanda,sparsegpt --executor gpus --gpus 0,1,2,3
-    python -m core sweep --method wanda --executor ray --ray-address auto
+    python -m core sweep --method wanda --executor ray     # RAY_ADDRESS, a local head, or private
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from core.errors import ConfigError
+from core.names import GRID_SWEEP, RELATION_SWEEP
 from core.settings import request as requests
+from core.settings.field import method_list
 from core.store.run_store import RunStore
 from core.sweeps.executors import EXECUTORS, make_executor
 from core.sweeps.orchestrate import run_sweep_grid, table_lines
@@ -30,13 +41,21 @@ EXECUTOR_DEFAULTS = {
     "executor": "local",
     "workers": 1,
     "gpus": None,
-    "ray_address": "auto",
+    "ray_address": None,
     "scratch": None,
 }
+# Values of the sweep command's fields that only a grid sweep has a use for: their defaults.
+GRID_ONLY = {"patterns": "unstructured", "allocations": "uniform", "targets": "all"}
 
 
 def add_grid_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("executors (grid sweeps)")
+    g = p.add_argument_group("grid sweeps and their executors")
+    g.add_argument(
+        "--grid",
+        action="store_true",
+        help="run the grid sweep of any method (also for slicegpt alone, which otherwise "
+        "runs the relation sweep)",
+    )
     g.add_argument(
         "--executor",
         default="local",
@@ -48,8 +67,8 @@ def add_grid_args(p: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=1,
-        help="local: worker processes (default 1: this process); ray with "
-        "--ray-address local: CPUs of the private cluster",
+        help="local: worker processes (default 1: this process); ray on a private cluster: "
+        "tasks sharing this machine's cores",
     )
     g.add_argument(
         "--gpus",
@@ -58,9 +77,10 @@ def add_grid_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--ray-address",
-        default="auto",
-        help="ray executor: auto (this machine's cluster), HOST:PORT, ray://HOST:PORT, "
-        "or local (start a private one)",
+        default=None,
+        help="ray executor: HOST:PORT or ray://HOST:PORT of a cluster, auto (the one running "
+        "on this machine), or local (a private one). Default, as ray.init(): $RAY_ADDRESS, "
+        "else the cluster `ray start` runs on this machine, else a private local one",
     )
     g.add_argument(
         "--scratch",
@@ -70,10 +90,17 @@ def add_grid_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def is_grid(args, values: dict[str, Any]) -> bool:
-    """Whether ``sweep`` runs the grid of core.sweeps.orchestrate (else SliceGPT's relation sweep)."""
-    executor = any(getattr(args, k) != v for k, v in EXECUTOR_DEFAULTS.items())
-    return executor or requests.is_grid(values)
+def sweep_kind(args: argparse.Namespace, values: dict[str, Any]) -> str:
+    """RELATION_SWEEP or GRID_SWEEP for a parsed ``sweep`` line (the rule in the module's
+    docstring)."""
+    if args.grid:
+        return GRID_SWEEP
+    v = requests.values_of(RELATION_SWEEP, values)
+    executor = any(getattr(args, k) != d for k, d in EXECUTOR_DEFAULTS.items())
+    grid_axes = any(str(v[k]).replace(" ", "") != d for k, d in GRID_ONLY.items())
+    own = requests.split_options(v["option"])[1]
+    alone = method_list(v["method"]) == ["slicegpt"]
+    return RELATION_SWEEP if alone and not (executor or grid_axes or own) else GRID_SWEEP
 
 
 def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
@@ -88,16 +115,23 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
 def cmd_grid(args, progress, values: dict[str, Any], store: RunStore) -> dict[str, Any]:
     """Validate everything (grid, executor) before any work; run; return the table.
     ``values``: the sweep command's field values, read by the one request path
-    (core.settings.request.sweep_spec) the app's sweep form uses too."""
+    (core.settings.request.grid_spec) the app's sweep form uses too."""
     if args.force:
         raise ConfigError(
             "--force is for single runs; a sweep reuses stored points (delete "
             "runs with `python -m core runs delete` to recompute them)"
         )
-    spec = requests.sweep_spec(values)
+    spec = requests.grid_spec(values)
     executor = make_executor(
         args.executor, args.workers, _ints(args.gpus, "--gpus"), args.ray_address, args.scratch
     )
+    executor.check()
+    print(f"executor {executor.name}: {executor.where}", file=sys.stderr)
+    return run_sweep_grid(spec, store, executor, grid_progress(progress))
+
+
+def grid_progress(progress) -> Any:
+    """An on_event callback of a grid sweep that advances the CLI's progress bar."""
     counts = {"done": 0, "total": 0}
 
     def on_event(event: dict[str, Any]) -> None:
@@ -106,12 +140,12 @@ def cmd_grid(args, progress, values: dict[str, Any], store: RunStore) -> dict[st
         counts["done"] += event["state"] in ("cached", "done", "failed")
         progress("sweep", counts["done"], counts["total"], f"{event['run_id']} {event['state']}")
 
-    return run_sweep_grid(spec, store, executor, on_event)
+    return on_event
 
 
 def grid_lines(out: dict[str, Any]) -> list[str]:
     head = (
         f"{len(out['run_ids'])} runs ({out['computed']} computed, {out['cached']} reused) "
-        f"on executor {out['executor']} ({out['device']})"
+        f"on executor {out['executor']} ({out['device']}): {out.get('where', '')}"
     )
     return [head, *table_lines(out["table"])]

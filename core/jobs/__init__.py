@@ -1,5 +1,6 @@
 """Background jobs for the app: plan a run, execute its resolved config in a subprocess
-(``python -m core run --config FILE``), poll the results store, cancel, clean up.
+(``python -m core run --config FILE``: every job, grid sweeps and demo pieces too), poll the
+results store, cancel, clean up.
 
     job = start_job(store, "prune", {"model": "tiny-llama", "method": "wanda", ...})
     status = job_status(store, job)      # state, stage, done/total, elapsed, ETA, error
@@ -7,7 +8,7 @@
 """
 
 from core.jobs.exports import delete_run, export_runs, save_corpus, zip_folder, zip_folders
-from core.jobs.launch import GRACE_S, cancel, start_job
+from core.jobs.launch import GRACE_S, cancel, start_config_job, start_job
 from core.jobs.records import config_path, job_path, log_path, model_dir, read_job
 from core.jobs.status import (
     FINISHED,
@@ -37,6 +38,7 @@ __all__ = [
     "read_progress",
     "save_corpus",
     "stage_eta",
+    "start_config_job",
     "start_job",
     "zip_folder",
     "zip_folders",

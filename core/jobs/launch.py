@@ -1,6 +1,7 @@
-"""Start and cancel background jobs: the app plans a run (``core.settings.request``), writes the
-resolved RunConfig as JSON and runs ``python -m core run --config FILE`` in a subprocess
-(the CLI's code path, clean cancel, GPU memory freed when it ends).
+"""Start and cancel background jobs. One launch protocol: the app resolves what to run (a
+RunConfig through ``core.settings.request``, or a grid sweep's configs, core.jobs.grid_sweep),
+writes it as JSON and runs ``python -m core run --config FILE`` in a subprocess (the CLI's
+code path, clean cancel, GPU memory freed when it ends).
 
 For prune and slice runs the job id *is* the run id, so a reloaded page finds its job
 again and a second start of the same config joins the running job; other jobs get a fresh
@@ -34,6 +35,7 @@ from core.jobs.records import (
     write_job,
 )
 from core.names import PRUNED_KINDS
+from core.settings.config import RunConfig
 from core.settings.request import plan_request
 from core.store.run_store import RunStore
 
@@ -49,34 +51,60 @@ def start_job(
 ) -> str:
     """Plan ``command`` with these field values, then run it in the background; return the
     job id. Raises a PruneScopeError on bad input, before anything is written."""
-    force = bool(params.get("force"))
     values = {k: v for k, v in params.items() if k not in JOB_OWNED}
+    if save_model and command != "prune":
+        raise ConfigError(f"saving the model is only offered for prune jobs, not {command}")
     cfg = plan_request(command, values, store)
+    on_cpu = bool(values.get("activations_on_cpu"))
+    return start_config_job(store, cfg, bool(params.get("force")), on_cpu, save_model)
+
+
+def start_config_job(
+    store: RunStore,
+    cfg: RunConfig,
+    force: bool = False,
+    activations_on_cpu: bool = False,
+    save_model: bool = False,
+) -> str:
+    """Run a resolved config in the background (``python -m core run --config FILE``, FILE
+    its JSON); return the job id. A prune/slice job whose run is running already is joined."""
     planned = cfg.kind in PRUNED_KINDS
     job_id = cfg.run_id if planned else f"job-{uuid.uuid4().hex[:12]}"
     flags = ["--force"] if force else []
-    if values.get("activations_on_cpu"):
+    if activations_on_cpu:
         flags.append("--activations-on-cpu")
     if save_model:
-        if command != "prune":
-            raise ConfigError(f"saving the model is only offered for prune jobs, not {command}")
         flags += ["--save", str(model_dir(store, job_id))]
     old = read_job(store, job_id)
     if old is not None and alive(old.get("pid"), old.get("host")):
         return job_id
     path = config_path(store, job_id)
     path.write_text(json.dumps(cfg.to_dict(), indent=2))
-    argv = ["run", "--config", str(path), "--store", str(store.root), "--json", "--quiet", *flags]
-    launch_process(store, job_id, command, cfg.run_id, argv, planned)
+    launch_config(store, job_id, cfg.kind, cfg.run_id, path, flags, planned)
     return job_id
+
+
+def launch_config(
+    store: RunStore,
+    job_id: str,
+    command: str,
+    run_id: str,
+    path: Path,
+    flags: list[str] | None = None,
+    planned: bool = False,
+) -> None:
+    """Start ``python -m core run --config PATH`` (a resolved configuration's JSON: a
+    RunConfig or a core.sweeps.grid.GridJob) as job ``job_id``: every background job's
+    launch."""
+    argv = ["run", "--config", str(path), "--store", str(store.root), "--json", "--quiet"]
+    launch_process(store, job_id, command, run_id, [*argv, *(flags or [])], planned)
 
 
 def launch_process(
     store: RunStore, job_id: str, command: str, run_id: str, argv: list[str], planned: bool
 ) -> None:
     """Start ``python -m core ARGV`` as a background process logging to the job's file, and
-    record job ``job_id`` (its pid, host, start time) in the store: single runs and sweep
-    grids alike."""
+    record job ``job_id`` (its pid, host, start time) in the store."""
     store.progress_path(job_id).unlink(missing_ok=True)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p)

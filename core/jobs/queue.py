@@ -1,12 +1,13 @@
 """A queue of background jobs run one after another (the demo set, core.demo).
 
-``start_queue`` writes the list of items (command + field values, as ``start_job`` takes
-them) to ``<root>/progress/<name>.queue.json`` and starts a driver process
-(``python -m core.jobs.queue``) that starts each item with ``start_job``, waits for its job
-to finish and records the outcome in the same file, so each piece is an ordinary job (own
-log, progress, cancel) and the app reads the whole set from one small file:
+``start_queue`` writes the list of items (each a resolved RunConfig, as JSON) to
+``<root>/progress/<name>.queue.json`` and starts a driver process (``python -m
+core.jobs.queue``) that starts each item's config with ``start_config_job`` (the one launch
+protocol: ``python -m core run --config FILE``), waits for its job to finish and records the
+outcome in the same file, so each piece is an ordinary job (own log, progress, cancel) and
+the app reads the whole set from one small file:
 
-    start_queue(store, "demo", [QueueItem("dense", "Dense baseline", "eval", {...}), ...])
+    start_queue(store, "demo", [QueueItem("dense", "Dense baseline", eval_config), ...])
     status = queue_status(store, "demo")   # per item: state, run id, elapsed; the live job
     cancel_queue(store, "demo")            # SIGINT: the running job is cancelled, the rest skipped
 
@@ -24,15 +25,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.errors import PruneScopeError
-from core.jobs.launch import PROJECT_ROOT, cancel, start_job
+from core.jobs.launch import PROJECT_ROOT, cancel, start_config_job
 from core.jobs.records import CHILDREN, alive, send_signal
 from core.jobs.status import FINISHED, JobStatus, job_status
+from core.settings.config import RunConfig
 from core.store.run_store import RunStore
 
 log = logging.getLogger(__name__)
@@ -43,12 +45,11 @@ START_S = 60.0  # a driver that has not recorded its pid by then never started
 
 @dataclass(frozen=True)
 class QueueItem:
-    """One job of a queue: ``command`` and ``params`` as ``start_job`` takes them."""
+    """One job of a queue: the resolved config it runs (planned before the queue starts)."""
 
     key: str
     title: str
-    command: str
-    params: Mapping[str, Any] = field(default_factory=dict)
+    config: RunConfig
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,10 @@ def start_queue(store: RunStore, name: str, items: Sequence[QueueItem]) -> None:
         "started": time.time(),
         "finished": None,
         "cancelled": False,
-        "items": [{**asdict(i), "params": dict(i.params), "state": "waiting"} for i in items],
+        "items": [
+            {"key": i.key, "title": i.title, "config": i.config.to_dict(), "state": "waiting"}
+            for i in items
+        ],
     }
     _write(store, name, state)
     env = dict(os.environ)
@@ -174,7 +178,7 @@ def _run_item(store: RunStore, name: str, state: dict[str, Any], item: dict[str,
     t0 = time.time()
     item.update(state="running", started=t0)
     try:
-        job_id = start_job(store, item["command"], item["params"])
+        job_id = start_config_job(store, RunConfig.from_dict(item["config"]))
     except PruneScopeError as exc:
         item.update(state="failed", error=str(exc), elapsed=0.0)
         return

@@ -33,10 +33,7 @@ at 20 TFLOP/s and Apple MPS at 1 TFLOP/s (well below their bf16 peaks), and a CP
 measured here by a small matmul benchmark (``cpu_flops``, its fastest repeat) times the
 efficiency a real forward reached against it.
 
-History: a fixed 12 GFLOP/s and a model without the effective dimension made the demo set's
-estimate ~50 min on an empty store; then the rate from each run's ~0.5 s evaluation and a
-pure FLOP ratio per method (Wanda 9.4 from one small run under load, multiplied into every
-bigger run) made it 873 s against 302 s measured on a quiet machine.
+Why the rule is what it is, and what earlier rules got wrong: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -44,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from core.errors import PruneScopeError
-from core.names import EVAL, PRUNE, SLICE, SWEEP, ZEROSHOT
+from core.names import EVAL, PRUNE, RELATION_SWEEP, SLICE, ZEROSHOT
 from core.planning.cost import (
     Shape,
     changed_model_flops,
@@ -55,7 +52,7 @@ from core.planning.cost import (
     zeroshot_flops,
 )
 from core.planning.speed import Speed, load_seconds, measured_speed
-from core.runs.plan import sweep_points
+from core.runs.plan import relation_sweep_points
 from core.settings.config import EvalConfig, RunConfig
 from core.store.run_store import RunStore
 
@@ -64,7 +61,7 @@ from core.store.run_store import RunStore
 START_SECONDS = {"cpu": 6.0, "mps": 10.0, "cuda": 10.0}
 
 
-# ---- estimates --------------------------------------------------------------------------------------
+# ---- estimates -----------------------------------------------------------------------------------
 def _start_seconds(shape: Shape, device: str) -> float:
     return START_SECONDS.get(device, 12.0) + load_seconds(shape)
 
@@ -117,7 +114,7 @@ def estimate_seconds(
         return start + zeroshot_flops(cfg.extra_value("zeroshot"), shape) / speed.flops_per_s
     if cfg.kind in (PRUNE, SLICE):
         return _changed_seconds(cfg, shape, speed) + _baseline_seconds(cfg, shape, speed, store)
-    if cfg.kind == SWEEP:
+    if cfg.kind == RELATION_SWEEP:
         return _sweep_seconds(cfg, shape, speed, store) + _baseline_seconds(
             cfg, shape, speed, store
         )
@@ -127,7 +124,9 @@ def estimate_seconds(
 def _sweep_seconds(cfg: RunConfig, shape: Shape, speed: Speed, store: RunStore | None) -> float:
     """SliceGPT's relation sweep without its dense baseline: the points the store lacks, in
     one process (the start-up once, then each point re-reads the weights)."""
-    todo = [c for _, configs in sweep_points(cfg) for c in configs if not _stored(store, c)]
+    todo = [
+        c for _, configs in relation_sweep_points(cfg) for c in configs if not _stored(store, c)
+    ]
     if not todo:
         return _start_seconds(shape, speed.device)
     changed = sum(_changed_seconds(c, shape, speed) for c in todo)
@@ -152,7 +151,7 @@ def estimate_many(
         sp = speed or speeds[key]
         if cfg.kind in (PRUNE, SLICE):
             total += _changed_seconds(cfg, model_shape(cfg.model), sp)
-        elif cfg.kind == SWEEP:
+        elif cfg.kind == RELATION_SWEEP:
             total += _sweep_seconds(cfg, model_shape(cfg.model), sp, store)
         else:
             total += estimate_seconds(cfg, store, sp)

@@ -1,6 +1,6 @@
 """Run kinds, one module each, sharing one skeleton (``common``) and one edge (``plan``).
 
-    eval (dense)  prune  slice  sweep  zeroshot  effdim (a report over stored runs)
+    eval (dense)  prune  slice  relation sweep  zeroshot  effdim (a report over stored runs)
 
 Every run is planned first (``plan``: a resolved, validated ``RunConfig`` whose hash is the
 run id), then executed by its kind (``execute``). Entry points: the ``run_*`` functions of
@@ -10,13 +10,13 @@ run id), then executed by its kind (``execute``). Entry points: the ``run_*`` fu
 from core.runs.common import RunOptions
 from core.runs.effdim import effdim_report
 from core.runs.execute import KINDS, execute
-from core.runs.parts import run_eval, run_prune, run_slice, run_sweep
+from core.runs.parts import run_eval, run_prune, run_relation_sweep, run_slice
 from core.runs.plan import (
     check_run,
     plan_eval,
     plan_prune,
+    plan_relation_sweep,
     plan_slice,
-    plan_sweep,
     plan_zeroshot,
 )
 from core.runs.resources import get_calib_windows, get_eval_windows, get_model, resolve_model_spec
@@ -33,13 +33,13 @@ __all__ = [
     "get_model",
     "plan_eval",
     "plan_prune",
+    "plan_relation_sweep",
     "plan_slice",
-    "plan_sweep",
     "plan_zeroshot",
     "resolve_model_spec",
     "run_eval",
     "run_prune",
+    "run_relation_sweep",
     "run_slice",
-    "run_sweep",
     "run_zeroshot",
 ]

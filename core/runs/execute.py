@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from core.errors import ConfigError
-from core.names import EVAL, PRUNE, SLICE, SWEEP, ZEROSHOT
+from core.names import EVAL, PRUNE, RELATION_SWEEP, SLICE, ZEROSHOT
 from core.progress import ProgressFn
 from core.runs.common import KindRunner, RunOptions
 from core.runs.dense import execute_eval
 from core.runs.plan import check_run, plan_zeroshot
 from core.runs.prune import execute_prune
-from core.runs.relation_sweep import execute_sweep
+from core.runs.relation_sweep import execute_relation_sweep
 from core.runs.slice import execute_slice
 from core.runs.zeroshot import execute_zeroshot
 from core.settings.config import RunConfig, zeroshot_from
@@ -26,8 +26,8 @@ def _eval(cfg: RunConfig, store: RunStore, progress, opts: RunOptions) -> dict[s
     return execute_eval(cfg, store, progress, opts.force)
 
 
-def _sweep(cfg: RunConfig, store: RunStore, progress, opts: RunOptions) -> dict[str, Any]:
-    return execute_sweep(cfg, store, progress, opts.force)
+def _relation_sweep(cfg: RunConfig, store: RunStore, progress, opts: RunOptions) -> dict[str, Any]:
+    return execute_relation_sweep(cfg, store, progress, opts.force)
 
 
 def _zeroshot(cfg: RunConfig, store: RunStore, progress, opts: RunOptions) -> dict[str, Any]:
@@ -41,7 +41,7 @@ KINDS: dict[str, KindRunner] = {
     EVAL: _eval,
     PRUNE: execute_prune,
     SLICE: execute_slice,
-    SWEEP: _sweep,
+    RELATION_SWEEP: _relation_sweep,
     ZEROSHOT: _zeroshot,
 }
 

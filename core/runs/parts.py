@@ -1,4 +1,4 @@
-"""The parts API: ``run_eval``, ``run_prune``, ``run_slice``, ``run_sweep`` take a run's
+"""The parts API: ``run_eval``, ``run_prune``, ``run_slice``, ``run_relation_sweep`` take a run's
 parts (model, method, calibration and evaluation settings), plan the config (``plan``) and
 execute it with its kind's executor (``execute.KINDS``): the path of the CLI and the app.
 """
@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.names import EVAL, SLICE, SWEEP
+from core.names import EVAL, RELATION_SWEEP, SLICE
 from core.progress import ProgressFn
 from core.runs.common import RunOptions
 from core.runs.execute import KINDS
-from core.runs.plan import plan_eval, plan_prune, plan_sweep, require_kind
+from core.runs.plan import plan_eval, plan_prune, plan_relation_sweep, require_kind
 from core.settings.config import CalibConfig, EvalConfig, ModelSpec, PruneConfig, ZeroShotConfig
 from core.store.run_store import RunStore
 
@@ -49,7 +49,7 @@ def run_slice(*parts: Any, **kwargs: Any) -> dict[str, Any]:
     return run_prune(*parts, kind=SLICE, **kwargs)
 
 
-def run_sweep(
+def run_relation_sweep(
     model: ModelSpec,
     sparsities: tuple[float, ...],
     calib: CalibConfig,
@@ -64,5 +64,5 @@ def run_sweep(
     """SliceGPT at every s of the grid and calibration seed (each a stored 'slice' run) and
     Paper A's relations with intervals: (A1) for perplexity always, (A2) for accuracy per
     task and averaged when ``zeroshot``."""
-    cfg = plan_sweep(model, sparsities, calib, eval_cfg, options, zeroshot, seeds)
-    return KINDS[SWEEP](cfg, store, on_progress, opts or RunOptions())
+    cfg = plan_relation_sweep(model, sparsities, calib, eval_cfg, options, zeroshot, seeds)
+    return KINDS[RELATION_SWEEP](cfg, store, on_progress, opts or RunOptions())

@@ -21,7 +21,16 @@ from core.methods import get_method, make_method
 from core.methods.slicegpt import sliced_width
 from core.models.geometry import Geometry, model_geometry
 from core.models.load import TINY_MODELS
-from core.names import FULL, MODEL_KINDS, PRUNE, ROLE_GROUPS, SLICE, SWEEP, ZEROSHOT, resolve_roles
+from core.names import (
+    FULL,
+    MODEL_KINDS,
+    PRUNE,
+    RELATION_SWEEP,
+    ROLE_GROUPS,
+    SLICE,
+    ZEROSHOT,
+    resolve_roles,
+)
 from core.runs.resources import resolve_model_spec
 from core.settings.config import (
     CalibConfig,
@@ -156,7 +165,7 @@ def check_run(cfg: RunConfig, geo: Geometry | None = None) -> None:
         roles = family_roles(geo, cfg.prune.targets)
         check_pattern(geo, roles, cfg.prune.pattern)
         get_method(cfg.prune.method).check_plan(roles, cfg.prune.pattern)
-    elif cfg.kind in (SLICE, SWEEP):
+    elif cfg.kind in (SLICE, RELATION_SWEEP):
         grid = cfg.extra_value("sparsities") or (cfg.prune.sparsity,)
         for s in grid:
             check_slicing(geo, dataclasses.replace(cfg.prune, sparsity=s))
@@ -228,7 +237,7 @@ def prune_run_config(
     return RunConfig(kind, model, eval_cfg, calib, prune, extra, measure)
 
 
-def plan_sweep(
+def plan_relation_sweep(
     model: ModelSpec,
     sparsities: tuple[float, ...],
     calib: CalibConfig,
@@ -254,12 +263,12 @@ def plan_sweep(
     if zeroshot is not None:
         extra += (("zeroshot", zeroshot_dict(zeroshot)),)
     model = resolve_model_spec(model)
-    cfg = RunConfig(SWEEP, model, eval_cfg, calib, base, extra=extra, measure=measure)
+    cfg = RunConfig(RELATION_SWEEP, model, eval_cfg, calib, base, extra=extra, measure=measure)
     check_run(cfg)
     return cfg
 
 
-def sweep_points(cfg: RunConfig) -> list[tuple[float, list[RunConfig]]]:
+def relation_sweep_points(cfg: RunConfig) -> list[tuple[float, list[RunConfig]]]:
     """(s, the slice runs' configs, one per calibration seed) for every point of a sweep."""
     extra = tuple((k, v) for k, v in cfg.extra if k == "zeroshot")
     seeds = cfg.extra_value("seeds") or (cfg.calib.seed,)

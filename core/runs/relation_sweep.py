@@ -15,7 +15,7 @@ from core.names import DEFAULT_DIM as EFFDIM_COLUMN
 from core.names import T_ACCURACY, T_ACCURACY_FIT, T_SWEEP
 from core.progress import ProgressFn, report
 from core.runs.common import RunOptions
-from core.runs.plan import sweep_points
+from core.runs.plan import relation_sweep_points
 from core.runs.slice import execute_slice
 from core.runs.store_access import cached_result, result, tee
 from core.settings.config import RunConfig, zeroshot_from
@@ -64,7 +64,7 @@ def _sweep_row(s: float, runs: list[dict[str, Any]], ppl0: float, frow: dict, ir
     }
 
 
-def execute_sweep(
+def execute_relation_sweep(
     cfg: RunConfig, store: RunStore, on_progress: ProgressFn | None = None, force: bool = False
 ) -> dict[str, Any]:
     """Run a planned 'sweep' config: every (s, seed) slice run, then (A1) fitted on the seeds'
@@ -76,7 +76,7 @@ def execute_sweep(
     with store.begin(cfg, force) as writer:
         progress = tee(writer.progress, on_progress)
         writer.write_env(environment_record(cfg.model.device))
-        grid = sweep_points(cfg)
+        grid = relation_sweep_points(cfg)
         total, done = sum(len(configs) for _, configs in grid), 0
         points: list[tuple[float, list[dict[str, Any]]]] = []
         for s, configs in grid:

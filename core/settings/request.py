@@ -15,7 +15,15 @@ from typing import Any
 from core.data import check_text_file, default_data_dir
 from core.errors import ConfigError
 from core.models.catalog import check_model_name
-from core.runs import RunOptions, plan_eval, plan_prune, plan_slice, plan_sweep, plan_zeroshot
+from core.names import RELATION_SWEEP
+from core.runs import (
+    RunOptions,
+    plan_eval,
+    plan_prune,
+    plan_relation_sweep,
+    plan_slice,
+    plan_zeroshot,
+)
 from core.settings.commands import command_fields, defaults, sweep_reference
 from core.settings.config import (
     CalibConfig,
@@ -26,15 +34,15 @@ from core.settings.config import (
     RunConfig,
     ZeroShotConfig,
 )
-from core.settings.field import FLAG, FLOAT, INT, LIST, MULTI, Field, method_list
+from core.settings.field import FLOAT, INT, LIST, MULTI, Field, method_list
 from core.store.run_store import RunStore
-from core.sweeps.grid import SweepSpec
+from core.sweeps.grid import GridSpec
 
 DEFAULT_MODEL = "smollm2-135m"
 
 
 # ---- values ------------------------------------------------------------------------------------
-def _typed(field: Field, value: Any) -> Any:
+def typed_value(field: Field, value: Any) -> Any:
     """A value of the field's type; numbers given as text are parsed (argparse's messages)."""
     if value is None or (value == "" and field.kind in (INT, FLOAT)):
         return None
@@ -61,33 +69,11 @@ def values_of(command: str, given: Mapping[str, Any]) -> dict[str, Any]:
         flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
         raise ConfigError(f"unrecognized arguments for {command}: {flags}")
     values = defaults(command)
-    values.update({k: _typed(fields[k], v) for k, v in given.items()})
+    values.update({k: typed_value(fields[k], v) for k, v in given.items()})
     if command == "sweep":  # calibration follows the swept methods' reference protocol
         ref = sweep_reference(values["method"])
         values.update({k: ref[k] for k in ("calib", "seed") if values[k] is None})
     return values
-
-
-def to_argv(command: str, given: Mapping[str, Any]) -> list[str]:
-    """The CLI flags that give these values (defaults left out): what the app's background
-    jobs run and show as the command line."""
-    fields = {f.name: f for f in command_fields(command)}
-    base = defaults(command)
-    argv: list[str] = []
-    for name, raw in given.items():
-        f = fields.get(name)
-        if f is None or not f.config:
-            continue
-        value = _typed(f, raw)
-        if value in (None, "") or value == base[name] or (f.kind == LIST and not value):
-            continue
-        if f.kind == FLAG:
-            argv += [f.flag] if value else []
-        elif f.kind == LIST:
-            argv += [x for item in value for x in (f.flag, str(item))]
-        else:
-            argv += [f.flag, str(value)]
-    return argv
 
 
 def parse_options(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
@@ -194,14 +180,17 @@ def split_options(pairs: list[str]) -> tuple[tuple, tuple]:
     return parse_options(shared), tuple((m, parse_options(p)) for m, p in sorted(own.items()))
 
 
-def sweep_spec(given: Mapping[str, Any]) -> SweepSpec:
-    """The grid of a sweep of any method (core.sweeps.orchestrate), from the sweep command's fields."""
+def grid_spec(given: Mapping[str, Any]) -> GridSpec:
+    """The grid sweep (any method, core.sweeps) of the sweep command's fields; the relation
+    sweep of the same fields is ``plan_request(RELATION_SWEEP, ...)``. Which one a ``sweep``
+    line means is the CLI's choice (core.cli.sweep_command.sweep_kind); pages call the one
+    they draw."""
     v = values_of("sweep", given)
     shared, own = split_options(v["option"])
     unknown = sorted({m for m, _ in own} - set(method_list(v["method"])))
     if unknown:
         raise ConfigError(f"--option names {', '.join(unknown)}, which the sweep does not run")
-    return SweepSpec(
+    return GridSpec(
         model_spec(v),
         tuple(method_list(v["method"])),
         parse_grid(v["sparsities"]),
@@ -218,16 +207,6 @@ def sweep_spec(given: Mapping[str, Any]) -> SweepSpec:
     )
 
 
-def is_grid(given: Mapping[str, Any]) -> bool:
-    """Whether a sweep's values ask for the grid of core.sweeps.orchestrate (any method, pattern or
-    allocation axis) rather than SliceGPT's relation sweep (slicegpt alone)."""
-    v = values_of("sweep", given)
-    axes = {"patterns": "unstructured", "allocations": "uniform", "targets": "all"}
-    own = split_options(v["option"])[1]
-    grid_axes = any(v[k].replace(" ", "") != d for k, d in axes.items())
-    return method_list(v["method"]) != ["slicegpt"] or grid_axes or bool(own)
-
-
 # ---- plans ---------------------------------------------------------------------------------------
 def _plan_zeroshot(v: Mapping[str, Any], store: RunStore | None) -> RunConfig:
     model = model_spec(v) if v["model"] is not None else None
@@ -238,11 +217,11 @@ def _plan_zeroshot(v: Mapping[str, Any], store: RunStore | None) -> RunConfig:
     return plan_zeroshot(model, zeroshot_config(v, v["batch_size"]), store, v["run"])[0]
 
 
-def _plan_sweep(v: Mapping[str, Any]) -> RunConfig:
+def _plan_relation_sweep(v: Mapping[str, Any]) -> RunConfig:
     if method_list(v["method"]) != ["slicegpt"]:
         raise ConfigError("sweep --method supports slicegpt (the representation-dimension sweep)")
     grid = parse_grid(v["sparsities"])
-    return plan_sweep(
+    return plan_relation_sweep(
         model_spec(v),
         grid,
         calib_config(v),
@@ -268,8 +247,8 @@ def plan_request(
         prune = PruneConfig("slicegpt", v["sparsity"], options=parse_options(v["option"]))
         parts = (model_spec(v), prune, calib_config(v), eval_config(v))
         return plan_slice(*parts, zeroshot_config(v), v["measure"])
-    if command == "sweep":
-        return _plan_sweep(v)
+    if command == RELATION_SWEEP:  # the sweep command's fields, planned as the relation sweep
+        return _plan_relation_sweep(v)
     return _plan_zeroshot(v, store)
 
 

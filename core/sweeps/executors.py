@@ -1,111 +1,47 @@
-"""Where a sweep's runs execute: this process, a local process pool, one worker per GPU, or a
-Ray cluster, behind one interface (``Executor``) that the CLI and the app both call.
+"""Where a grid sweep's runs execute: this process, a local process pool, one worker per
+GPU, or a Ray cluster (core.sweeps.ray_cluster), behind one interface (``Executor``) that the
+CLI and the app both call. What a worker does with one configuration is core.sweeps.workers.
 
-Every worker but the in-process one writes into a results store of its own (a temporary
-folder on its host) and hands back its finished run folders packed as one tar archive; the
-driver imports each into the main store atomically by run id (``RunStore.import_run``), so no
-two hosts ever write one SQLite file. Dense baselines are computed first and shipped to the
-workers the same way, so no worker recomputes them.
-
-Ray is used as the scheduler (tasks with ``max_retries``: a worker process that dies is
-rerun elsewhere); the local pool and the GPU pool restart a broken pool and resubmit what
-did not finish. ``ray`` is imported only by ``RayExecutor``.
+The local pool and the GPU pool restart a broken pool and resubmit what did not finish;
+Ray schedules its own retries.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 import multiprocessing as mp
 import os
-import shutil
-import socket
-import tarfile
-import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
-from core.errors import ConfigError, PruneScopeError, StoreError
-from core.names import EVAL, PRUNE, SLICE, ZEROSHOT
-from core.progress import ProgressFn
-from core.runs import execute
+from core.errors import ConfigError, PruneScopeError
 from core.settings.config import RunConfig
 from core.store.run_store import RunStore
+from core.sweeps.ray_cluster import RayExecutor
+from core.sweeps.workers import (
+    MAX_RETRIES,
+    OnDone,
+    pack_runs,
+    report_done,
+    run_config,
+    run_isolated,
+    unpack_runs,
+)
 
 log = logging.getLogger(__name__)
 
 EXECUTORS = ("local", "gpus", "ray")
-GRID_KINDS = (EVAL, PRUNE, SLICE, ZEROSHOT)  # what a grid point or its baseline can be
-MAX_RETRIES = 2  # reruns of a configuration whose worker process died
-OnDone = Callable[[RunConfig, str | None], None]  # (config, error or None) per finished config
 
 
-# ---- one configuration --------------------------------------------------------------------------
-def run_config(
-    cfg: RunConfig, store: RunStore, on_progress: ProgressFn | None = None
-) -> dict[str, Any]:
-    """Run one resolved config (kind eval | prune | slice | dense zeroshot) into ``store``
-    through the one dispatcher (core.runs.execute), reusing a stored result. Returns
-    {run_id, config, metrics, cached}."""
-    if cfg.kind not in GRID_KINDS or cfg.extra_value("source_run") is not None:
-        raise ConfigError(f"a sweep cannot run a {cfg.kind!r} configuration")
-    res = execute(cfg, store, on_progress)
-    if res["run_id"] != cfg.run_id:  # e.g. a worker resolving a path differently
-        raise StoreError(
-            f"config {cfg.run_id} ran as {res['run_id']}: the worker resolved it "
-            "differently (data folder, device)"
-        )
-    return res
-
-
-# ---- run folders travel as tar archives ----------------------------------------------------------
-def pack_runs(store: RunStore, run_ids: Iterable[str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for run_id in run_ids:
-            tar.add(store.run_dir(run_id), arcname=run_id)
-    return buf.getvalue()
-
-
-def unpack_runs(blob: bytes, store: RunStore) -> list[str]:
-    """Import every run folder of an archive into ``store``; returns the newly added ids."""
-    added = []
-    with tempfile.TemporaryDirectory(dir=store.root / "tmp", prefix="unpack-") as tmp:
-        with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
-            tar.extractall(tmp, filter="data")
-        for folder in sorted(Path(tmp).iterdir()):
-            if store.import_run(folder):
-                added.append(folder.name)
-    return added
-
-
-def run_isolated(cfg_json: str, seeds: bytes, scratch: str | None = None) -> bytes:
-    """Worker entry point: run one config (as JSON) in a store of its own under ``scratch``,
-    seeded with the baselines' run folders; return the run folders it produced, packed."""
-    cfg = RunConfig.from_dict(json.loads(cfg_json))
-    if scratch:
-        Path(scratch).mkdir(parents=True, exist_ok=True)
-    root = tempfile.mkdtemp(prefix="prunescope-worker-", dir=scratch)
-    try:
-        store = RunStore(root)
-        seeded = set(unpack_runs(seeds, store)) if seeds else set()
-        run_config(cfg, store)
-        produced = [r.id for r in store.list(status="done") if r.id not in seeded]
-        return pack_runs(store, produced)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-# ---- executors ------------------------------------------------------------------------------------
+# ---- executors -----------------------------------------------------------------------------------
 class Executor(Protocol):
     name: str
+    where: str  # in words, for the CLI and the result: which processes, which cluster
 
     def check(self) -> None:
         """Raise ConfigError when the executor cannot run here (before any work)."""
@@ -131,6 +67,11 @@ class LocalExecutor:
             raise ConfigError(f"--workers must be >= 1, got {workers}")
         self.workers, self.scratch, self._device = workers, scratch, device
 
+    @property
+    def where(self) -> str:
+        n = self.workers
+        return "this process" if n == 1 else f"{n} worker processes on this machine"
+
     def check(self) -> None:
         pass
 
@@ -145,7 +86,7 @@ class LocalExecutor:
     def run(self, configs, store, seeds, on_done) -> None:
         if self.workers == 1 or len(configs) == 1:  # one at a time: no pool to start up
             for cfg in configs:
-                _call(on_done, cfg, lambda c=cfg: run_config(c, store))
+                report_done(on_done, cfg, lambda c=cfg: run_config(c, store))
             return
         run_pool(
             configs, store, pack_runs(store, seeds), self._worker_envs(), self.scratch, on_done
@@ -177,6 +118,11 @@ class GpuPoolExecutor(LocalExecutor):
                 f"GPU(s): {', '.join(map(str, range(n)))}"
             )
 
+    @property
+    def where(self) -> str:
+        gpus = "every visible GPU" if self.gpus is None else f"GPU {self.gpus}"
+        return f"one worker process per GPU ({gpus})"
+
     def _worker_envs(self) -> list[dict[str, str]]:
         return [{"CUDA_VISIBLE_DEVICES": str(g)} for g in self.gpus]
 
@@ -184,15 +130,6 @@ class GpuPoolExecutor(LocalExecutor):
         run_pool(
             configs, store, pack_runs(store, seeds), self._worker_envs(), self.scratch, on_done
         )
-
-
-def _call(on_done: OnDone, cfg: RunConfig, fn: Callable[[], Any]) -> None:
-    try:
-        fn()
-    except PruneScopeError as exc:
-        on_done(cfg, str(exc))
-        return
-    on_done(cfg, None)
 
 
 def _init_worker(envs: list[dict[str, str]], counter) -> None:
@@ -233,132 +170,22 @@ def run_pool(configs, store, seeds: bytes, envs: list[dict[str, str]], scratch, 
                 except PruneScopeError as exc:  # the run itself failed: reported, not retried
                     on_done(cfg, str(exc))
                     continue
-                _call(on_done, cfg, lambda b=blob: unpack_runs(b, store))
-
-
-class RayExecutor:
-    """Each configuration is a Ray task (num_gpus=1 on a cluster with GPUs, else
-    ``cpus_per_task`` CPUs), retried ``max_retries`` times if its worker process dies.
-
-    address: 'auto' (the cluster this machine belongs to), 'HOST:PORT' or 'ray://HOST:PORT'
-    of an existing cluster, or None to start a private local one with ``num_cpus`` CPUs.
-    """
-
-    name = "ray"
-
-    def __init__(
-        self,
-        address: str | None = "auto",
-        cpus_per_task: int = 1,
-        max_retries: int = MAX_RETRIES,
-        num_cpus: int | None = None,
-        scratch: str | None = None,
-    ) -> None:
-        self.address, self.cpus_per_task, self.max_retries = address, cpus_per_task, max_retries
-        self.num_cpus, self.scratch, self._gpus = num_cpus, scratch, 0.0
-
-    def check(self) -> None:
-        try:
-            import ray
-        except ImportError as exc:
-            raise ConfigError("--executor ray needs Ray: pip install 'ray>=2.40'") from exc
-        if self.address not in (None, "auto"):
-            _check_reachable(self.address)
-        if not ray.is_initialized():
-            kw = (
-                {"address": self.address}
-                if self.address
-                else {
-                    "num_cpus": self.num_cpus,  # a private cluster: its workers import this core
-                    "runtime_env": {"env_vars": {"PYTHONPATH": _code_path()}},
-                }
-            )
-            try:
-                ray.init(
-                    **kw,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    logging_level=logging.WARNING,
-                )
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise ConfigError(
-                    f"cannot connect to the Ray cluster at {self.address!r}: "
-                    f"{str(exc).splitlines()[0]}"
-                ) from exc
-        self._gpus = float(ray.cluster_resources().get("GPU", 0.0))
-
-    @property
-    def device(self) -> str:
-        return "cuda" if self._gpus > 0 else "cpu"
-
-    def run(self, configs, store, seeds, on_done) -> None:
-        import ray
-
-        resources = {"num_gpus": 1} if self._gpus > 0 else {"num_cpus": self.cpus_per_task}
-        task = ray.remote(run_isolated).options(
-            max_retries=self.max_retries, retry_exceptions=False, **resources
-        )
-        seeds_ref = ray.put(pack_runs(store, seeds))
-        refs = {task.remote(c.canonical_json(), seeds_ref, self.scratch): c for c in configs}
-        waiting = list(refs)
-        while waiting:
-            ready, waiting = ray.wait(waiting, num_returns=1)
-            cfg = refs[ready[0]]
-            try:
-                blob = ray.get(ready[0])
-            except ray.exceptions.RayTaskError as exc:  # the run itself failed: not retried
-                cause = exc.cause if isinstance(exc.cause, Exception) else exc
-                if not isinstance(cause, PruneScopeError):
-                    raise cause from None
-                on_done(cfg, str(cause))
-                continue
-            except ray.exceptions.WorkerCrashedError as exc:  # retries exhausted
-                on_done(cfg, f"its Ray worker died {self.max_retries + 1} times: {exc}")
-                continue
-            _call(on_done, cfg, lambda b=blob: unpack_runs(b, store))
-
-
-def _code_path() -> str:
-    here = str(Path(__file__).resolve().parents[1])
-    return os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-
-
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """A TCP connect to the cluster's address, so a wrong one fails in seconds, clearly."""
-    hostport = address.removeprefix("ray://")
-    host, sep, port = hostport.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ConfigError(
-            f"--ray-address expects auto, HOST:PORT or ray://HOST:PORT, got {address!r}"
-        )
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot reach the Ray cluster at {address}: {exc} (is `ray start "
-            "--head` running there, and is the port open?)"
-        ) from exc
+                report_done(on_done, cfg, lambda b=blob: unpack_runs(b, store))
 
 
 def make_executor(
     name: str,
     workers: int = 1,
     gpus: Sequence[int] | None = None,
-    ray_address: str | None = "auto",
+    ray_address: str | None = None,
     scratch: str | None = None,
 ) -> Executor:
-    """The executor the CLI's --executor/--workers/--gpus/--ray-address name."""
+    """The executor the CLI's --executor/--workers/--gpus/--ray-address name (ray_address
+    None: the cluster Ray's convention picks, core.sweeps.ray_cluster.choose_cluster)."""
     if name == "local":
         return LocalExecutor(workers, scratch)
     if name == "gpus":
         return GpuPoolExecutor(gpus, scratch)
     if name == "ray":
-        if ray_address not in (None, "local"):
-            return RayExecutor(ray_address, scratch=scratch)
-        # a private cluster of this machine's cores; like the local pool, N workers each get
-        # cores // N of them (Ray sets a task's OMP_NUM_THREADS to its num_cpus)
-        cores = os.cpu_count() or 1
-        return RayExecutor(
-            None, cpus_per_task=max(1, cores // workers), num_cpus=cores, scratch=scratch
-        )
+        return RayExecutor(ray_address, workers, scratch=scratch)
     raise ConfigError(f"unknown executor {name!r}; use {', '.join(EXECUTORS)}")

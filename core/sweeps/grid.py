@@ -1,5 +1,6 @@
-"""A sweep's grid: methods × sparsities × patterns × allocations × calibration seeds, resolved
-into the ordered, deduplicated ``RunConfig``s that compute it, dense baselines first.
+"""A grid sweep's grid: methods × sparsities × patterns × allocations × calibration seeds,
+resolved into the ordered, deduplicated ``RunConfig``s that compute it, dense baselines first
+(``resolve_grid``), and the resolved grid a background job receives as JSON (``GridJob``).
 
 Validation happens here, once, before any work: an empty axis, a point no method accepts
 (an N:M pattern for SliceGPT, an unknown option), or one the model's shapes forbid (an M that
@@ -15,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from core.errors import ConfigError
-from core.names import EVAL
+from core.names import EVAL, GRID_SWEEP
 from core.runs.plan import check_run, prune_run_config, readable_geometry, zeroshot_run_config
 from core.runs.resources import resolve_model_spec
 from core.settings.config import (
@@ -34,8 +36,8 @@ from core.settings.patterns import parse_pattern
 
 
 @dataclass(frozen=True)
-class SweepSpec:
-    """What to sweep. Axes are tuples; every combination is one point of the grid."""
+class GridSpec:
+    """What a grid sweep sweeps. Axes are tuples; every combination is one point of the grid."""
 
     model: ModelSpec
     methods: tuple[str, ...]
@@ -92,13 +94,13 @@ def point_label(p: dict[str, Any]) -> str:
     )
 
 
-def point_options(spec: SweepSpec, method: str) -> tuple[tuple[str, Any], ...]:
+def point_options(spec: GridSpec, method: str) -> tuple[tuple[str, Any], ...]:
     """The grid's shared options with ``method``'s own on top."""
     own = dict(dict(spec.method_options).get(method, ()))
     return tuple(sorted({**dict(spec.options), **own}.items()))
 
 
-def plan_point(spec: SweepSpec, model: ModelSpec, p: dict[str, Any]) -> RunConfig:
+def plan_point(spec: GridSpec, model: ModelSpec, p: dict[str, Any]) -> RunConfig:
     """The config ``plan_prune`` builds for the point (``model`` is already resolved)."""
     prune = PruneConfig(
         p["method"],
@@ -112,7 +114,7 @@ def plan_point(spec: SweepSpec, model: ModelSpec, p: dict[str, Any]) -> RunConfi
     return prune_run_config(model, prune, calib, spec.eval, spec.zeroshot, spec.measure)
 
 
-def baselines(spec: SweepSpec, model: ModelSpec) -> list[RunConfig]:
+def baselines(spec: GridSpec, model: ModelSpec) -> list[RunConfig]:
     """The dense runs every point compares with: perplexity, and accuracy when asked."""
     out = [RunConfig(EVAL, model, spec.eval)]
     if spec.zeroshot is not None:
@@ -120,7 +122,7 @@ def baselines(spec: SweepSpec, model: ModelSpec) -> list[RunConfig]:
     return out
 
 
-def resolve_grid(spec: SweepSpec, device: str | None = None) -> list[RunConfig]:
+def resolve_grid(spec: GridSpec, device: str | None = None) -> list[RunConfig]:
     """Dense baselines first, then every point in grid order, each run id once. Raises
     ConfigError naming the first invalid point before anything runs. ``device``: where
     remote workers run (``resolve_model_spec``)."""
@@ -136,3 +138,44 @@ def resolve_grid(spec: SweepSpec, device: str | None = None) -> list[RunConfig]:
             raise ConfigError(f"grid point {point_label(p)}: {exc}") from exc
         configs.append(cfg)
     return list({c.run_id: c for c in configs}.values())
+
+
+@dataclass(frozen=True)
+class GridJob:
+    """A resolved grid (``resolve_grid``'s configs, dense baselines first, each run id once):
+    what a background grid job receives, so it runs exactly the run ids its launcher planned
+    and showed, with nothing re-read from form values or flags."""
+
+    configs: tuple[RunConfig, ...]
+
+    def __post_init__(self) -> None:
+        if not self.configs:
+            raise ConfigError("a grid job needs at least one configuration")
+        object.__setattr__(self, "configs", tuple(self.configs))
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": GRID_SWEEP, "configs": [c.to_dict() for c in self.configs]})
+
+    @classmethod
+    def from_json(cls, text: str) -> GridJob:
+        """Inverse of ``to_json``; ConfigError for a document that is not a grid job."""
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"not a grid job: {exc}") from exc
+        return cls.from_dict(doc)
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> GridJob:
+        """A parsed ``to_json`` document; ConfigError for one that is not a grid job."""
+        if not is_grid_job(doc):
+            raise ConfigError(f"not a grid job: its kind is not {GRID_SWEEP!r}")
+        try:
+            return cls(tuple(RunConfig.from_dict(c) for c in doc["configs"]))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ConfigError(f"not a grid job: {exc!r}") from exc
+
+
+def is_grid_job(doc: Any) -> bool:
+    """Whether a job document (parsed JSON) is a ``GridJob`` (else a single RunConfig)."""
+    return isinstance(doc, dict) and doc.get("kind") == GRID_SWEEP

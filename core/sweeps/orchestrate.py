@@ -1,4 +1,4 @@
-"""Sweeps of any method: resolve the grid, run what the store lacks on an executor (dense
+"""Grid sweeps of any method: resolve the grid, run what the store lacks on an executor (dense
 baselines first), and tabulate perplexity (and accuracy) against sparsity per method with
 the spread over calibration seeds.
 
@@ -20,7 +20,7 @@ from core.errors import SweepError
 from core.settings.config import RunConfig
 from core.store.run_store import RunStore
 from core.sweeps.executors import Executor
-from core.sweeps.grid import SweepSpec, resolve_grid
+from core.sweeps.grid import GridSpec, resolve_grid
 
 log = logging.getLogger(__name__)
 
@@ -44,17 +44,26 @@ Event = Callable[[dict[str, Any]], None]
 
 
 def run_sweep_grid(
-    spec: SweepSpec, store: RunStore, executor: Executor, on_event: Event | None = None
+    spec: GridSpec, store: RunStore, executor: Executor, on_event: Event | None = None
 ) -> dict[str, Any]:
-    """Check the executor and every grid point (ConfigError before any work), run the dense
-    baselines, then every point the store does not hold yet, and return the table.
+    """Check the executor and every grid point (ConfigError before any work), then
+    ``run_grid``; an 'auto' device resolves to where the executor's workers run."""
+    executor.check()
+    return run_grid(resolve_grid(spec, executor.device), store, executor, on_event)
 
-    Returns {"run_ids": grid order, "computed": n, "cached": n, "executor": name,
-    "device": the runs' resolved device, "table": rows (TABLE_COLUMNS)}. Raises SweepError after the
-    others finished when some points failed (the finished ones stay stored)."""
+
+def run_grid(
+    configs: list[RunConfig], store: RunStore, executor: Executor, on_event: Event | None = None
+) -> dict[str, Any]:
+    """Run a resolved grid (``resolve_grid``'s configs): the dense baselines, then every point
+    the store does not hold yet; return the table.
+
+    Returns {"run_ids": grid order, "computed": n, "cached": n, "executor": name, "where":
+    the executor's processes or cluster in words, "device": the runs' resolved device,
+    "table": rows (TABLE_COLUMNS)}. Raises SweepError after the others finished when some
+    points failed (the finished ones stay stored)."""
     emit = on_event or (lambda event: None)
     executor.check()
-    configs = resolve_grid(spec, executor.device)
     done = {r.id for r in store.list(status="done")}
     todo = [c for c in configs if c.run_id not in done]
     for c in configs:
@@ -87,6 +96,7 @@ def run_sweep_grid(
         "computed": len(todo),
         "cached": len(configs) - len(todo),
         "executor": executor.name,
+        "where": executor.where,
         "device": configs[0].model.device,
         "table": table_records(sweep_table(runs)),
     }

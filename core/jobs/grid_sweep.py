@@ -1,13 +1,14 @@
-"""Grid sweeps as background jobs for the app: plan the grid in the app's process (every
-point checked before anything starts), run ``python -m core sweep ...`` with the same field
-values in a subprocess (the CLI's path, on its executors), and read each cell's state back
-from the store while it runs.
+"""Grid sweeps as background jobs for the app: resolve the grid in the app's process (every
+point checked before anything starts), hand the resolved configs to a subprocess as JSON
+(``python -m core run --config FILE``, core.jobs.launch: the one launch protocol), and read
+each cell's state back from the store while it runs.
 
-    job = start_sweep_job(store, {"method": "wanda,sparsegpt", "sparsities": "0.3,0.5"})
-    status = sweep_status(store, job)   # state, cells (done / running / queued ...), error
+    job = start_grid_job(store, {"method": "wanda,sparsegpt", "sparsities": "0.3,0.5"})
+    status = grid_status(store, job)    # state, cells (done / running / queued ...), error
     cancel(store, job)                  # core.jobs.cancel: SIGINT, SIGTERM after GRACE_S
 
-Files beside the other jobs' (core.jobs.records): <job>.grid.json lists the grid's cells.
+Files beside the other jobs' (core.jobs.records): <job>.grid.json lists the grid's cells,
+<job>.config.json is the resolved grid (core.sweeps.grid.GridJob).
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ from typing import Any
 import pandas as pd
 
 from core.errors import StoreError
-from core.jobs.launch import escalate, launch_process
-from core.jobs.records import alive, log_path, read_job
+from core.jobs.launch import escalate, launch_config
+from core.jobs.records import alive, config_path, log_path, read_job
 from core.jobs.status import log_error, log_result
-from core.names import PRUNED_KINDS
+from core.names import GRID_SWEEP, PRUNED_KINDS
 from core.planning.estimate import estimate_many
 from core.settings.config import RunConfig
-from core.settings.request import sweep_spec, to_argv
+from core.settings.request import grid_spec
 from core.store.run_store import RunStore
-from core.sweeps.grid import resolve_grid
+from core.sweeps.grid import GridJob, resolve_grid
 from core.sweeps.orchestrate import CELL_STATES, sweep_table
 
 RUNNING = "running"
@@ -65,12 +66,11 @@ def cell_rows(configs: list[RunConfig]) -> list[dict[str, Any]]:
 
 
 @dataclass(frozen=True)
-class SweepPlan:
+class GridPlan:
     """A planned grid: its configurations (dense baselines first) and estimated duration."""
 
     configs: list[RunConfig]
     seconds: float  # estimate for the points the store lacks (core.planning.estimate)
-    argv: list[str]  # the CLI line that runs it
 
     @property
     def job_id(self) -> str:
@@ -79,29 +79,30 @@ class SweepPlan:
         return "sweep-" + hashlib.sha256(ids.encode()).hexdigest()[:12]
 
 
-def plan_sweep_job(store: RunStore, values: Mapping[str, Any]) -> SweepPlan:
+def plan_grid_job(store: RunStore, values: Mapping[str, Any]) -> GridPlan:
     """Check the grid (ConfigError naming a bad point) and estimate it; nothing is written."""
-    configs = resolve_grid(sweep_spec(values))
-    argv = ["sweep", *to_argv("sweep", values), "--executor", "local"]
-    return SweepPlan(configs, estimate_many(configs, store), argv)
+    configs = resolve_grid(grid_spec(values))
+    return GridPlan(configs, estimate_many(configs, store))
 
 
-def start_sweep_job(store: RunStore, values: Mapping[str, Any]) -> str:
-    """Plan, then run the grid in the background; return the job id."""
-    plan = plan_sweep_job(store, values)
+def start_grid_job(store: RunStore, values: Mapping[str, Any]) -> str:
+    """Plan, then run the resolved grid in the background (in one process, the local
+    executor); return the job id."""
+    plan = plan_grid_job(store, values)
     job_id = plan.job_id
     old = read_job(store, job_id)
     if old is not None and alive(old.get("pid"), old.get("host")):
         return job_id
     grid_path(store, job_id).write_text(json.dumps(cell_rows(plan.configs)))
-    argv = [*plan.argv, "--store", str(store.root), "--json", "--quiet"]
-    launch_process(store, job_id, "sweep", job_id, argv, planned=False)
+    path = config_path(store, job_id)
+    path.write_text(GridJob(tuple(plan.configs)).to_json())
+    launch_config(store, job_id, GRID_SWEEP, job_id, path)
     return job_id
 
 
 @dataclass(frozen=True)
-class SweepStatus:
-    """A sweep job as the app shows it. ``cells``: CELL_COLUMNS + state (GRID_STATES)."""
+class GridStatus:
+    """A grid job as the app shows it. ``cells``: CELL_COLUMNS + state (GRID_STATES)."""
 
     job_id: str
     state: str  # running | cancelling | done | failed | cancelled | unknown
@@ -128,7 +129,7 @@ def _cell_state(status: str | None, created: float | None, started: float) -> st
     return "cancelled" if status == "cancelled" else "failed"
 
 
-def sweep_status(store: RunStore, job_id: str) -> SweepStatus:
+def grid_status(store: RunStore, job_id: str) -> GridStatus:
     """Each cell's state from the store's index, and the job's (cheap: polled each second)."""
     job = read_job(store, job_id)
     try:
@@ -136,7 +137,7 @@ def sweep_status(store: RunStore, job_id: str) -> SweepStatus:
     except (OSError, json.JSONDecodeError):
         rows = None
     if job is None or rows is None:
-        return SweepStatus(job_id, "unknown", error=f"no sweep job {job_id!r}")
+        return GridStatus(job_id, "unknown", error=f"no sweep job {job_id!r}")
     escalate(store, job)
     running = alive(job["pid"], job["host"])
     index = {r.id: r for r in store.list()}
@@ -154,14 +155,14 @@ def sweep_status(store: RunStore, job_id: str) -> SweepStatus:
     elapsed = time.time() - job["started"]
     if running:
         state = RUNNING if job.get("cancel_requested") is None else "cancelling"
-        return SweepStatus(job_id, state, cells, elapsed)
+        return GridStatus(job_id, state, cells, elapsed)
     logp = log_path(store, job_id)
     if log_result(logp):  # the JSON object a successful sweep prints last
-        return SweepStatus(job_id, "done", cells, _finished_elapsed(logp, job))
+        return GridStatus(job_id, "done", cells, _finished_elapsed(logp, job))
     if job.get("cancel_requested") is not None:
-        return SweepStatus(job_id, "cancelled", cells, elapsed, "cancelled by the user")
+        return GridStatus(job_id, "cancelled", cells, elapsed, "cancelled by the user")
     error = log_error(logp) or "the sweep ended without a result"
-    return SweepStatus(job_id, "failed", cells, elapsed, error)
+    return GridStatus(job_id, "failed", cells, elapsed, error)
 
 
 def _finished_elapsed(logp: Path, job: dict[str, Any]) -> float:
@@ -189,7 +190,8 @@ def cell_grid(cells: pd.DataFrame, names: dict[str, str] | None = None) -> pd.Da
 
 
 def grid_table(store: RunStore, run_ids: list[str]) -> pd.DataFrame:
-    """core.sweeps.orchestrate.sweep_table over the grid's finished runs (a partial grid draws too)."""
+    """core.sweeps.orchestrate.sweep_table over the grid's finished runs (a partial grid draws
+    too)."""
     runs = []
     for run_id in run_ids:
         try:
@@ -201,8 +203,8 @@ def grid_table(store: RunStore, run_ids: list[str]) -> pd.DataFrame:
     return sweep_table(runs)
 
 
-def sweep_jobs(store: RunStore) -> list[str]:
-    """Ids of the sweep jobs this store knows, newest first."""
+def grid_jobs(store: RunStore) -> list[str]:
+    """Ids of the grid jobs this store knows, newest first."""
     paths = sorted(
         (store.root / "progress").glob("sweep-*.grid.json"),
         key=lambda p: p.stat().st_mtime,
