@@ -65,6 +65,12 @@ EVAL, PRUNE, SLICE, RELATION_SWEEP, ZEROSHOT = "eval", "prune", "slice", "sweep"
 GRID_SWEEP = "grid-sweep"
 MODEL_KINDS = (EVAL, PRUNE, SLICE)  # kinds whose model a zeroshot run can evaluate
 PRUNED_KINDS = (PRUNE, SLICE)  # kinds that change a model and compare it with the dense one
+RECOVER = "recover"  # fine-tunes a stored prune/slice run's model, keeping its zeros
+JOB_KINDS = (*PRUNED_KINDS, RECOVER)  # kinds whose background job id is the run id
+
+# ---- recovery fine-tuning (the recover kind) -----------------------------------------------------
+LORA, MASKED = "lora", "masked"  # adapters merged under the mask | the pruned linears, masked
+RECOVER_METHODS = (LORA, MASKED)
 
 # ---- progress stages -> what the app says while a job is in one ----------------------------------
 STAGES: dict[str, str] = {
@@ -77,6 +83,7 @@ STAGES: dict[str, str] = {
     "sweep": "slicing at each s",  # the relation sweep's stage
     "slice": "slicing the model",
     "zeroshot": "zero-shot tasks (lm-eval scoring)",
+    "recover": "fine-tuning to recover (sparsity held)",
 }
 
 # ---- stored tables ---------------------------------------------------------------------------------
@@ -91,6 +98,7 @@ T_ACCURACY_FIT = "accuracy_fit"  # relation sweep with tasks: (A2) fits per task
 T_ZEROSHOT = "zeroshot"  # zero-shot accuracy per task
 T_ZEROSHOT_ITEMS = "zeroshot_items"  # zero-shot per-item predictions
 T_EVAL_WINDOWS = "eval_windows"  # eval/prune/slice: NLL of every evaluation window
+T_RECOVERY = "recovery"  # recover: training loss and held-out perplexity every K steps
 
 # ---- stored arrays ---------------------------------------------------------------------------------
 A_METHOD = "method"  # a method's own arrays (masks)

@@ -1,4 +1,5 @@
-"""Runs: every stored run in one sortable table; compare, delete or export a selection."""
+"""Runs: every stored run in one sortable table; compare, delete or export a selection;
+recover one selected prune/slice run by fine-tuning (pages.recovery_views)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from core import figures, jobs
 from core.analysis.tables import runs_frame
 from core.errors import PruneScopeError
 from pages.common import get_store, list_runs, require_frame, show_error
+from pages.recovery_views import recovery_panel
 
 require_frame(__file__)
 store = get_store()
@@ -77,3 +79,5 @@ if rows:
     picked = table.iloc[rows]
     for _, row in picked[(picked["status"] != "done") & picked["error"].notna()].iterrows():
         st.error(f"{row['id']} ({row['status']}): {row['error']}")
+
+recovery_panel(store, records)

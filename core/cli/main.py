@@ -54,6 +54,7 @@ HELP = {
     "sweep": "the relation sweep (slicegpt: perplexity against d' over a grid of s, with "
     "Paper A's relation) or a grid sweep of any method (--grid, or any other method)",
     "zeroshot": "zero-shot accuracy (lm-eval scoring) of a model or run",
+    "recover": "fine-tune a prune/slice run's model, keeping its zeros (LoRA or masked)",
 }
 RUNS_ACTIONS = {
     "list": "table of stored runs",

@@ -8,6 +8,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from core.cli.recovery_lines import recovery_lines
 from core.cli.sweep_command import grid_lines
 from core.families import family_lines
 
@@ -108,6 +109,8 @@ def summary_lines(command: str, m: dict[str, Any]) -> list[str]:
             + (f" from run {src} ({m['model_from']})" if src else " (dense)")
         )
         return lines + zeroshot_lines(m["zeroshot"])
+    if command == "recover" or "parent_run" in m:
+        return recovery_lines(m)
     data = m.get("data") or {}
     if data:
         note = "" if data.get("comparable", True) else "  [NOT comparable with published figures]"

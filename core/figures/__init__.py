@@ -4,7 +4,7 @@ No Streamlit and no torch here, so the app, the CLI and notebooks draw the same 
 (``fig.write_html(...)`` needs no browser). Every builder takes plain columns and states them.
 One module per subject: ``style`` (colours, layout), ``runs`` (perplexity vs sparsity, per-layer
 charts), ``repdim`` (Paper A), ``attention`` (masks and attention heatmaps), ``gd`` (Paper B's
-trajectories).
+trajectories), ``recovery`` (a recovery fine-tune's curve, perplexity before and after).
 
     fig = ppl_vs_sparsity(df)            # df: method, sparsity, ppl[, series, dense_ppl]
     dens, (br, bc) = block_average(mask, max_cells=128 * 128)
@@ -17,6 +17,7 @@ from core.figures.attention import (
     mask_heatmap,
 )
 from core.figures.gd import TRAJECTORY_PANELS, gd_trajectories
+from core.figures.recovery import before_after, recovery_curve
 from core.figures.repdim import (
     DIM_KEY,
     accuracy_vs_dprime,
@@ -65,6 +66,7 @@ __all__ = [
     "accuracy_vs_dprime",
     "analytic_ppl",
     "attention_heatmaps",
+    "before_after",
     "block_average",
     "budget_chart",
     "color_of",
@@ -83,6 +85,7 @@ __all__ = [
     "ppl_vs_dprime",
     "ppl_vs_sparsity",
     "ratio_vs_keep",
+    "recovery_curve",
     "series_colors",
     "series_name",
 ]

@@ -3,7 +3,7 @@ RunConfig through ``core.settings.request``, or a grid sweep's configs, core.job
 writes it as JSON and runs ``python -m core run --config FILE`` in a subprocess (the CLI's
 code path, clean cancel, GPU memory freed when it ends).
 
-For prune and slice runs the job id *is* the run id, so a reloaded page finds its job
+For prune, slice and recover runs the job id *is* the run id, so a reloaded page finds its job
 again and a second start of the same config joins the running job; other jobs get a fresh
 id. Every job records the id of the run it exists for.
 """
@@ -34,7 +34,7 @@ from core.jobs.records import (
     send_signal,
     write_job,
 )
-from core.names import PRUNED_KINDS
+from core.names import JOB_KINDS
 from core.settings.config import RunConfig
 from core.settings.request import plan_request
 from core.store.run_store import RunStore
@@ -68,7 +68,7 @@ def start_config_job(
 ) -> str:
     """Run a resolved config in the background (``python -m core run --config FILE``, FILE
     its JSON); return the job id. A prune/slice job whose run is running already is joined."""
-    planned = cfg.kind in PRUNED_KINDS
+    planned = cfg.kind in JOB_KINDS
     job_id = cfg.run_id if planned else f"job-{uuid.uuid4().hex[:12]}"
     flags = ["--force"] if force else []
     if activations_on_cpu:

@@ -9,12 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from core.errors import ConfigError
-from core.names import EVAL, PRUNE, RELATION_SWEEP, SLICE, ZEROSHOT
+from core.names import EVAL, PRUNE, RECOVER, RELATION_SWEEP, SLICE, ZEROSHOT
 from core.progress import ProgressFn
 from core.runs.common import KindRunner, RunOptions
 from core.runs.dense import execute_eval
 from core.runs.plan import check_run, plan_zeroshot
 from core.runs.prune import execute_prune
+from core.runs.recover import execute_recover
 from core.runs.relation_sweep import execute_relation_sweep
 from core.runs.slice import execute_slice
 from core.runs.zeroshot import execute_zeroshot
@@ -43,6 +44,7 @@ KINDS: dict[str, KindRunner] = {
     SLICE: execute_slice,
     RELATION_SWEEP: _relation_sweep,
     ZEROSHOT: _zeroshot,
+    RECOVER: execute_recover,
 }
 
 
@@ -55,6 +57,6 @@ def execute(
     """Run a resolved config with its kind's executor, after checking it at the edge."""
     if cfg.kind not in KINDS:
         raise ConfigError(f"unknown run kind {cfg.kind!r}; one of {', '.join(KINDS)}")
-    if cfg.kind != ZEROSHOT:  # a zeroshot config is checked against its source run
+    if cfg.kind not in (ZEROSHOT, RECOVER):  # checked against their source/parent run
         check_run(cfg)
     return KINDS[cfg.kind](cfg, store, on_progress, opts or RunOptions())

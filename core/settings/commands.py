@@ -18,6 +18,7 @@ from core.evaluation.tasks import TASK_NAMES
 from core.models.catalog import available_models
 from core.names import DATASETS, FULL, MEASURES, METHOD_NAMES, PATTERNS, TARGETS
 from core.settings.field import CHOICE, FLAG, FLOAT, INT, LIST, MULTI, TEXT, Field
+from core.settings.recovery import RECOVER_CALIB, RECOVER_FIELDS
 from core.settings.sweep_axes import SWEEP_CALIB, SWEEP_GRID, method_list, sweep_reference
 
 
@@ -306,6 +307,14 @@ _SLICEGPT_CALIB = {
 }
 _EVAL_FLAG = {"dataset": {"name": "eval"}}
 
+RECOVER_SAVE = Field(
+    "save",
+    "Save to",
+    "save the recovered model in DIR (a sliced one reloads with load_sliced)",
+    group="recovery",
+    config=False,
+)
+
 # command -> its fields, in the order the CLI lists them and the app draws them
 COMMANDS: dict[str, tuple[Field, ...]] = {
     "eval": (*MODEL, *EVAL),
@@ -325,6 +334,13 @@ COMMANDS: dict[str, tuple[Field, ...]] = {
         *ZEROSHOT,
     ),
     "zeroshot": (*_with(MODEL, model={"default": None}), *ZEROSHOT_MODEL),
+    "recover": (
+        *RECOVER_FIELDS,
+        *RECOVER_CALIB,
+        *_group("training text", _DATA_DIR),
+        *ZEROSHOT,
+        RECOVER_SAVE,
+    ),
 }
 
 # Named sets of ordinary field values. "quick" keeps a run of the embedded model to minutes

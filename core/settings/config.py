@@ -14,7 +14,7 @@ from typing import Any
 
 from core.errors import ConfigError
 from core.evaluation.tasks import parse_tasks
-from core.names import DATASETS, FULL, LEAN, MEASURES, resolve_roles
+from core.names import DATASETS, FULL, LEAN, LORA, MEASURES, RECOVER_METHODS, resolve_roles
 from core.settings.patterns import parse_pattern
 
 
@@ -225,3 +225,51 @@ def options_tuple(options: Any) -> tuple[tuple[str, Any], ...]:
         return ()
     items = dataclasses.asdict(options) if dataclasses.is_dataclass(options) else dict(options)
     return tuple(sorted(items.items()))
+
+
+@dataclass(frozen=True)
+class RecoverConfig:
+    """Recovery fine-tuning of a stored prune/slice run's model (the 'recover' kind, papers:
+    Wanda §5 and SliceGPT §4 recover with LoRA or dense fine-tuning). ``parent``: the run id
+    whose model is trained, so a recovery's id changes with its parent's. method: LORA
+    (adapters of ``rank`` on the pruned linears, merged with the parent's zeros re-applied)
+    or MASKED (the pruned linears themselves, gradient and weight masked every step).
+    ``batch_size`` windows of the calibration config's length per step; the training loss
+    and held-out perplexity (on the first ``curve_windows`` evaluation windows) are recorded,
+    and a checkpoint written, every ``every`` steps; ``seed`` draws the LoRA initialisation
+    and the order of the training windows."""
+
+    parent: str
+    steps: int
+    method: str = LORA
+    rank: int = 8
+    alpha: float = 16.0
+    lr: float = 2e-4
+    batch_size: int = 2
+    every: int = 10
+    curve_windows: int = 4
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(bool(str(self.parent).strip()), "recovery needs the id of a stored run (--run)")
+        _check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
+        _check(self.method in RECOVER_METHODS, f"recovery method must be one of "
+               f"{', '.join(RECOVER_METHODS)}, got {self.method!r}")  # fmt: skip
+        _check(self.rank >= 1, f"rank must be >= 1, got {self.rank}")
+        _check(self.alpha > 0, f"LoRA alpha must be > 0, got {self.alpha}")
+        _check(0 < self.lr < 1, f"learning rate must be in (0, 1), got {self.lr}")
+        _check(self.batch_size >= 1, f"batch size must be >= 1, got {self.batch_size}")
+        _check(self.every >= 1, f"the curve's interval must be >= 1 step, got {self.every}")
+        _check(self.curve_windows >= 1, "the curve needs at least one held-out window")
+        _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+
+
+def recover_dict(rc: RecoverConfig) -> dict[str, Any]:
+    return dataclasses.asdict(rc)
+
+
+def recover_from(value: Any) -> RecoverConfig | None:
+    """A RecoverConfig from a config's extra value (dict) or None."""
+    if value is None or isinstance(value, RecoverConfig):
+        return value
+    return RecoverConfig(**dict(value))

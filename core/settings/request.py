@@ -24,6 +24,7 @@ from core.runs import (
     plan_slice,
     plan_zeroshot,
 )
+from core.runs.plan import parent_of_recovery, plan_recover
 from core.settings.commands import command_fields, defaults, sweep_reference
 from core.settings.config import (
     CalibConfig,
@@ -31,6 +32,7 @@ from core.settings.config import (
     EvalConfig,
     ModelSpec,
     PruneConfig,
+    RecoverConfig,
     RunConfig,
     ZeroShotConfig,
 )
@@ -233,6 +235,26 @@ def _plan_relation_sweep(v: Mapping[str, Any]) -> RunConfig:
     )
 
 
+def _plan_recover(v: Mapping[str, Any], store: RunStore | None) -> RunConfig:
+    """Recovery of a stored run: its settings and training text (seed: the parent's
+    calibration seed + 1 unless given)."""
+    if store is None:
+        raise ConfigError("a recovery needs the results store")
+    if not v["run"]:
+        raise ConfigError("recover needs --run RUN_ID: the prune or slice run to fine-tune")
+    seed = v["seed"]
+    if seed is None:
+        _, src = parent_of_recovery(store, RecoverConfig(v["run"], 1))
+        seed = (src.calib.seed if src.calib is not None else 0) + 1
+    rc = RecoverConfig(
+        v["run"], v["steps"], v["method"], v["rank"], v["alpha"], v["lr"], v["batch_size"],
+        v["every"], v["curve_windows"], seed,
+    )  # fmt: skip
+    data = data_spec(v["calib"], None, v["data_dir"], "calib")
+    calib = CalibConfig(data, v["nsamples"], v["calib_seqlen"], seed)
+    return plan_recover(store, rc, calib, zeroshot_config(v))
+
+
 def plan_request(
     command: str, given: Mapping[str, Any], store: RunStore | None = None
 ) -> RunConfig:
@@ -249,6 +271,8 @@ def plan_request(
         return plan_slice(*parts, zeroshot_config(v), v["measure"])
     if command == RELATION_SWEEP:  # the sweep command's fields, planned as the relation sweep
         return _plan_relation_sweep(v)
+    if command == "recover":
+        return _plan_recover(v, store)
     return _plan_zeroshot(v, store)
 
 
