@@ -107,7 +107,22 @@ def test_magnitude_options_validated() -> None:
 def test_wanda_scores_formula() -> None:
     W = torch.tensor([[1.0, -2.0], [-3.0, 0.5]])
     scores = wanda_scores(W, torch.tensor([4.0, 9.0]))
-    assert torch.equal(scores, torch.tensor([[2.0, 6.0], [6.0, 1.5]]))
+    assert torch.equal(scores, torch.tensor([[2.0, 6.0], [6.0, 1.5]], dtype=torch.float64))
+
+
+def test_wanda_ranks_scores_a_float32_product_would_tie() -> None:
+    """|W|·‖X_j‖ in float64: (1+2⁻²³)·(1+2⁻²³) = 1+2⁻²²+2⁻⁴⁶ beats (1+2⁻²²)·1, so the second
+    weight goes. Negative control: the float32 product rounds both to 1+2⁻²², and the tie
+    rule would then prune the first (lower index) instead."""
+    e = 2.0**-23
+    W = torch.tensor([[1 + e, 1 + 2 * e]], dtype=torch.float32)
+    sq_norms = torch.tensor([(1 + e) ** 2, 1.0], dtype=torch.float64)  # exact in float64
+    scores = wanda_scores(W, sq_norms)
+    assert scores.dtype == torch.float64
+    assert score_mask(scores, 0.5, "row").tolist() == [[False, True]]
+    float32_scores = W.abs() * sq_norms.float().sqrt()
+    assert float32_scores[0, 0] == float32_scores[0, 1]
+    assert score_mask(float32_scores, 0.5, "row").tolist() == [[True, False]]
 
 
 @pytest.mark.parametrize("sparsity", [0.5, 0.3, 0.77])

@@ -13,9 +13,17 @@ import copy
 import pytest
 import torch
 
+import core.methods.sparsegpt as sgpt
 from core.adapters import ROLES, adapter_for
 from core.errors import ConfigError
-from core.methods.sparsegpt import SparseGPT, SparseGPTOptions, block_mask, sparsegpt_prune
+from core.methods.sparsegpt import (
+    SparseGPT,
+    SparseGPTOptions,
+    block_mask,
+    inverse_hessian_factor,
+    lazy_update,
+    sparsegpt_prune,
+)
 from core.models.load import build_tiny_model
 from core.pruning.layerwise import run_layerwise, run_method
 from core.pruning.masks import prune_count
@@ -112,6 +120,36 @@ def test_block_mask_rules_on_ties() -> None:
         SparseGPTOptions(selection="topk")
 
 
+def test_lazy_update_rounds_once() -> None:
+    """W −= err @ U in float64, rounded once: 2²⁴+2 − (2²⁴+1) = 1. Negative control: a
+    float32 product rounds 2²⁴+1 to 2²⁴ first (as any float32 GEMM must), leaving 2."""
+    W = torch.tensor([[2.0**24 + 2]])
+    err = torch.tensor([[1.0, 1.0]])
+    U = torch.tensor([[2.0**24], [1.0]], dtype=torch.float64)
+    assert (W - err @ U.float()).item() == 2.0
+    lazy_update(W, err, U)
+    assert W.dtype == torch.float32 and W.item() == 1.0
+
+
+@pytest.mark.parametrize("nm", [None, (2, 4)])
+def test_saliencies_are_float64_from_the_float64_factor(monkeypatch, nm) -> None:
+    """The scores every mask is chosen from are w²/U_jj² in float64, U_jj from the float64
+    factor: the first block's are those of the original weights, bit for bit."""
+    W, H = make_problem(5)
+    seen = []
+    for name in ("block_mask", "nm_prune_mask"):
+        real = getattr(sgpt, name)
+        monkeypatch.setattr(
+            sgpt, name, lambda scores, *a, _real=real: seen.append(scores) or _real(scores, *a)
+        )
+    sparsegpt_prune(W, H, 0.5, nm=nm, blocksize=32)
+    U, _, _ = inverse_hessian_factor(H, 0.01)
+    first = W.float().double().square() / U.diagonal().square()
+    assert all(s.dtype == torch.float64 for s in seen)
+    expected = first[:, :32] if nm is None else first[:, :4]
+    assert torch.equal(seen[0], expected)
+
+
 def _prune_tiny(model, ids, threads: int, batch: int) -> dict[str, torch.Tensor]:
     model = copy.deepcopy(model)
     adapter = adapter_for(model)
@@ -119,8 +157,16 @@ def _prune_tiny(model, ids, threads: int, batch: int) -> dict[str, torch.Tensor]
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        run_method(SparseGPT(SparseGPTOptions()), adapter, ids, ROLES, sparsity,
-                   "unstructured", "cpu", batch_size=batch)  # fmt: skip
+        run_method(
+            SparseGPT(SparseGPTOptions()),
+            adapter,
+            ids,
+            ROLES,
+            sparsity,
+            "unstructured",
+            "cpu",
+            batch_size=batch,
+        )
     finally:
         torch.set_num_threads(old)
     return {

@@ -22,6 +22,12 @@ total is exactly ⌊p·rows·in⌋. On the embedded model the two differ by one 
 Differences from the reference ``fasterprune``:
 - H⁻¹ and its Cholesky factor are computed in float64, then the sweep runs in float32: LLM
   inputs have outlier features, which make H badly conditioned.
+- Decisions do not hang on the last bit of a CPU-dependent float32 product: the saliencies
+  w²/U_jj² are compared in float64 (U_jj from the float64 factor), and the block's batched
+  update of the later columns is a float64 product rounded once (``lazy_update``). The
+  column loop's own steps are elementwise, correctly rounded on every CPU. What still
+  depends on the CPU is upstream: the Gram's float32 products and, from layer 1 on, the
+  layer forwards that produce the inputs (docs/benchmarks.md, "SparseGPT across CPUs").
 - If the damped H is still not positive definite, the damping is raised tenfold (up to
   ``MAX_PERCDAMP``) with a warning; the damping used is returned in ``info``.
 - H = 2·gram/n_tokens where the reference divides by the number of sequences: a constant
@@ -39,7 +45,9 @@ from typing import Any
 import torch
 
 from core.errors import ConfigError, NumericalError
+from core.machine.device import single_thread
 from core.methods import register
+from core.methods.base import LayerContext, LinearReport, LinearStats
 from core.methods.linear import LinearwiseMethod, PrunedWeight, WeightJob
 from core.pruning.masks import check_nm, check_sparsity, lowest_k_mask, nm_prune_mask, prune_count
 from core.settings.field import option
@@ -58,6 +66,7 @@ MAX_PERCDAMP = 1.0
 #            (more on ties).
 MASK_SELECTIONS = ("exact", "threshold")
 _SCALE_ROWS = 256  # rows of H scaled at once into the float64 factor buffer
+_UPDATE_ROWS = 1024  # rows of W per float64 lazy-update product
 
 
 def check_sparsegpt_options(percdamp: float, blocksize: int, selection: str = "threshold") -> None:
@@ -133,7 +142,8 @@ def inverse_hessian_factor(
         )
     damp, attempt = percdamp, 0
     while True:
-        U = _damped_factor(H, damp * mean_diag, dead, scale)
+        with single_thread(H.device):
+            U = _damped_factor(H, damp * mean_diag, dead, scale)
         if U is not None:
             return U, damp, attempt
         if damp * 10 > MAX_PERCDAMP * (1 + 1e-9):
@@ -152,26 +162,70 @@ def inverse_hessian_factor(
         damp, attempt = damp * 10, attempt + 1
 
 
+def lazy_update(W2: torch.Tensor, err: torch.Tensor, U12: torch.Tensor) -> None:
+    """W2 −= err @ U12, the block's batched OBS update of the later columns, in place.
+
+    W2: (out, rest) float32 view; err: (out, B) float32; U12: (B, rest) float64 rows of U.
+    The product is taken in float64 and rounded once into W2: a float32 product's last bits
+    depend on which kernels the BLAS picks on this CPU (MKL code path, vector width), and
+    the next block's mask is chosen from these weights. It is ~out·in²/2 multiply-adds per
+    matrix, small beside the Gram. Rows go ``_UPDATE_ROWS`` at a time to bound the float64
+    temporary."""
+    if W2.shape[1] == 0:
+        return
+    for r in range(0, W2.shape[0], _UPDATE_ROWS):
+        W2[r : r + _UPDATE_ROWS] -= err[r : r + _UPDATE_ROWS].double() @ U12
+
+
+@dataclass(frozen=True)
+class HessianFactor:
+    """What the sweep needs from H, shared by the linears that read the same input (q/k/v,
+    gate/up): U (in, in) float64, the upper Cholesky factor of (H + λI)⁻¹, column-major;
+    dead (in,) bool, the inputs never active; the percdamp used and how often it was raised."""
+
+    U: torch.Tensor
+    dead: torch.Tensor
+    percdamp: float
+    increases: int
+
+
+def hessian_factor(
+    H: torch.Tensor, percdamp: float, h_scale: float = 1.0, device: torch.device | None = None
+) -> HessianFactor:
+    """Factor h_scale·H (float64 H as it is, any other dtype as float32; not modified, no
+    float32 copy: the dead inputs' diagonal is set in the float64 factor) on ``device``."""
+    hdtype = torch.float64 if H.dtype == torch.float64 else torch.float32
+    H = H.detach().to(device=device if device is not None else H.device, dtype=hdtype)
+    diag = H.diagonal() * h_scale if h_scale != 1.0 else H.diagonal()
+    dead = diag == 0  # (in,) inputs that are always 0: any weight there is free
+    del diag
+    U, used_percdamp, increases = inverse_hessian_factor(H, percdamp, dead, h_scale)
+    return HessianFactor(U, dead, used_percdamp, increases)
+
+
 @torch.no_grad()
 def sparsegpt_prune(
     W: torch.Tensor,
-    H: torch.Tensor,
+    H: torch.Tensor | None,
     sparsity: float,
     nm: tuple[int, int] | None = None,
     blocksize: int = 128,
     percdamp: float = 0.01,
     selection: str = "threshold",
     h_scale: float = 1.0,
+    factor: HessianFactor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Prune W with SparseGPT's OBS sweep; W and H are not modified.
 
     W: (out, in); H: (in, in) = 2XXᵀ/n, or XXᵀ with ``h_scale`` = 2/n (the product is then
-    taken in float32 block by block, the same numbers without an (in, in) copy). Unstructured: ⌊p·numel⌋+1 weights per block of
-    ``blocksize`` columns, more on ties (``selection="threshold"``), or exactly ⌊p·out·in⌋ in
-    all, ties to the lower index (``"exact"``); see MASK_SELECTIONS. N:M: every group of M
-    consecutive columns of each row has exactly N pruned, chosen when the sweep reaches the
-    group; ``sparsity`` is ignored and ``blocksize`` is rounded down to a multiple of M so no
-    group straddles two blocks.
+    taken in H's dtype block by block, the same numbers without an (in, in) copy); float64
+    H is used as it is, any other dtype as float32. ``factor``: H's ``hessian_factor``
+    when already computed (H is then not read). Unstructured: ⌊p·numel⌋+1 weights per
+    block of ``blocksize`` columns, more on ties (``selection="threshold"``), or exactly
+    ⌊p·out·in⌋ in all, ties to the lower index (``"exact"``); see MASK_SELECTIONS. N:M:
+    every group of M consecutive columns of each row has exactly N pruned, chosen when the
+    sweep reaches the group; ``sparsity`` is ignored and ``blocksize`` is rounded down to a
+    multiple of M so no group straddles two blocks.
     Inputs never active (diag H = 0) have their columns zeroed. With p = 0 (unstructured)
     W is returned unchanged without factorising H.
 
@@ -182,8 +236,9 @@ def sparsegpt_prune(
     sparsity = check_sparsity(sparsity)
     check_sparsegpt_options(percdamp, blocksize, selection)
     rows, cols = W.shape
-    if H.shape != (cols, cols):
-        raise ConfigError(f"Hessian shape {tuple(H.shape)} does not match weight {(rows, cols)}")
+    shape = tuple((factor.U if factor is not None else H).shape)
+    if shape != (cols, cols):
+        raise ConfigError(f"Hessian shape {shape} does not match weight {(rows, cols)}")
     if nm is not None:
         check_nm(*nm)
         if cols % nm[1]:
@@ -194,31 +249,27 @@ def sparsegpt_prune(
     if nm is None and sparsity == 0.0:
         return W, mask, {}
 
-    # read only: no float32 copy (the dead inputs' diagonal is set in the float64 factor)
-    H = H.detach().to(device=W.device, dtype=torch.float32)
-    diag = H.diagonal() * h_scale if h_scale != 1.0 else H.diagonal()
-    dead = diag == 0  # (in,) inputs that are always 0: any weight there is free
-    del diag
+    if factor is None:
+        factor = hessian_factor(H, percdamp, h_scale, W.device)
+    U, dead = factor.U, factor.dead
     W[:, dead] = 0.0
-    U64, used_percdamp, increases = inverse_hessian_factor(H, percdamp, dead, h_scale)
-    U = U64.to(torch.float32)  # (in, in) upper triangular, column-major like U64
-    del H, U64
+    d64 = U.diagonal().clone()  # (in,) float64: the saliency's denominators
 
     losses = torch.zeros(rows, dtype=torch.float32, device=W.device)
     for i1 in range(0, cols, blocksize):
         i2 = min(i1 + blocksize, cols)
         W1 = W[:, i1:i2]  # (out, B) view: updated in place
-        U1 = U[i1:i2, i1:i2]  # (B, B)
-        d = U1.diagonal()  # (B,)
+        U1 = U[i1:i2, i1:i2].to(torch.float32)  # (B, B): the sweep's own float32 factor
+        d, dd = U1.diagonal(), d64[i1:i2].square()  # (B,) float32, (B,) float64
         err1 = torch.zeros_like(W1)  # (out, B) scaled errors for the lazy update
         mask1 = mask[:, i1:i2]  # (out, B) view
         if nm is None:
-            # OBS saliency on the already-updated block (MASK_SELECTIONS).
-            mask1 |= block_mask(W1.square() / d.square(), sparsity, rows, i1, i2, selection)
+            # OBS saliency on the already-updated block (MASK_SELECTIONS), in float64
+            mask1 |= block_mask(W1.double().square() / dd, sparsity, rows, i1, i2, selection)
         for j in range(i2 - i1):
             if nm is not None and j % nm[1] == 0:
-                group = slice(j, j + nm[1])
-                mask1[:, group] = nm_prune_mask(W1[:, group].square() / d[group].square(), *nm)
+                g = slice(j, j + nm[1])
+                mask1[:, g] = nm_prune_mask(W1[:, g].double().square() / dd[g], *nm)
             w = W1[:, j]  # (out,)
             q = w.masked_fill(mask1[:, j], 0.0)
             err = (w - q) / d[j]
@@ -226,13 +277,13 @@ def sparsegpt_prune(
             W1[:, j + 1 :] -= torch.outer(err, U1[j, j + 1 :])
             W1[:, j] = q  # set, not updated: pruned weights must be exactly 0
             err1[:, j] = err
-        W[:, i2:] -= err1 @ U[i1:i2, i2:]  # lazy batch update of the later columns
+        lazy_update(W[:, i2:], err1, U[i1:i2, i2:])
 
     W[:, dead] = 0.0
     mask[:, dead] = True
     info = {
-        "percdamp": used_percdamp,
-        "damp_increases": increases,
+        "percdamp": factor.percdamp,
+        "damp_increases": factor.increases,
         "dead_columns": int(dead.sum().item()),
         "blocksize": blocksize,
         "obs_loss": losses.sum().item() / 2,
@@ -272,21 +323,41 @@ class SparseGPT(LinearwiseMethod):
     name = "sparsegpt"
     options_cls = SparseGPTOptions
     options: SparseGPTOptions
+    loops_columns = True  # the OBS sweep (Alg. 1) visits every input column in Python
+
+    def linear_products(self, out: int, inp: int, tokens: int, shared: bool) -> float:
+        """The full Gram 2·tokens·in² (once per shared input), the inverse Cholesky factor
+        ~in³ and the OBS updates 2·out·in² (SparseGPT Alg. 1)."""
+        gram = 0.0 if shared else 2.0 * tokens * inp**2
+        return gram + float(inp) ** 3 + 2.0 * out * inp**2
+
+    _factor: tuple[LinearStats, HessianFactor] | None = None
+
+    def prune_layer(self, ctx: LayerContext) -> list[LinearReport]:
+        try:
+            return super().prune_layer(ctx)
+        finally:
+            self._factor = None  # not kept alive past the layer (peak memory)
 
     def prune_weight(self, job: WeightJob) -> PrunedWeight:
         stats = job.stats
         if stats is None or stats.n_tokens == 0:
             raise ConfigError("sparsegpt needs calibration statistics from at least one token")
         opts = self.options
-        # H = 2·gram/n, scaled inside block by block: no (in, in) float32 copy (peak memory)
+        if self._factor is None or self._factor[0] is not stats:
+            # q/k/v and gate/up share one LinearStats, so one factor serves the group;
+            # H = 2·gram/n is scaled inside block by block: no (in, in) float32 copy
+            self._factor = None  # the previous group's factor goes before the next is made
+            h_scale = 2.0 / stats.n_tokens
+            self._factor = (stats, hessian_factor(stats.gram, opts.percdamp, h_scale, job.W.device))
         W, mask, info = sparsegpt_prune(
             job.W,
-            stats.gram,
+            None,
             job.sparsity,
             job.nm,
             opts.blocksize,
             opts.percdamp,
             opts.selection,
-            h_scale=2.0 / stats.n_tokens,
+            factor=self._factor[1],
         )
         return PrunedWeight(W, mask, info)

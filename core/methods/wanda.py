@@ -20,10 +20,12 @@ def wanda_scores(W: torch.Tensor, col_sq_norms: torch.Tensor) -> torch.Tensor:
     """S = |W| · ‖X_j‖₂ (Wanda Eq. 1). W: (out, in); col_sq_norms: (in,) = ‖X_j‖²₂ = diag(X Xᵀ).
 
     Any positive rescaling of the norms (the reference keeps a running mean) leaves every
-    per-row ranking unchanged.
+    per-row ranking unchanged. The scores are float64 (|W| of a float32 weight and the
+    runner's float64 norms): a float32 product would round two near-equal scores to the
+    same value or swap them, and which weights are kept should not hang on that last bit.
     """
-    norms = col_sq_norms.to(device=W.device, dtype=torch.float32).clamp_min(0.0).sqrt()
-    return W.abs() * norms.unsqueeze(0)  # (out, in)
+    norms = col_sq_norms.to(device=W.device, dtype=torch.float64).clamp_min(0.0).sqrt()
+    return W.to(torch.float64).abs() * norms.unsqueeze(0)  # (out, in) float64
 
 
 # Wanda's options are the scoped ones as they stand: "row", the paper's comparison group, by

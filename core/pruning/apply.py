@@ -44,8 +44,10 @@ def allocate_sparsity(
         ratios = []
 
         def measure(ctx: LayerContext) -> list[LinearReport]:
+            # float32 copies: a count above a threshold, not a ranking, and a layer's scores
+            # are held at once
             scores = [
-                wanda_scores(lin.weight.detach().float(), ctx.stats[r].col_sq_norms)
+                wanda_scores(lin.weight.detach().float(), ctx.stats[r].col_sq_norms).float()
                 for r, lin in ctx.linears.items()
             ]
             ratios.append(layer_outlier_ratio(scores, prune.owl_m))

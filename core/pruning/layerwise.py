@@ -48,8 +48,10 @@ from core.progress import ProgressFn, report
 log = logging.getLogger(__name__)
 
 
-# Per-sequence Gram products are summed in float64 (see _StatsCollector), handed over in float32.
+# Gram products over GRAM_CHUNK calibration sequences at a time are summed in float64 (see
+# _StatsCollector), handed over in float32.
 GRAM_DTYPE = torch.float64
+GRAM_CHUNK = 4
 
 
 class _StatsCollector:
@@ -57,13 +59,17 @@ class _StatsCollector:
 
     Statistics need only a linear's input, so they are taken before the linear runs. Roles
     reading the same tensor (q/k/v, gate/up) share one LinearStats: SHARED_INPUT maps them.
-    Full mode: gram (in, in) on the compute device: one float32 product xᵀx per calibration
-    sequence (the reference's per-sequence products), summed in calibration order in float64
-    and cast to float32 by ``finish``. The shape of every product and the order of the sum
-    are then fixed by the calibration set alone, not by the runner's batch of sequences, so
-    the runner batch does not move SparseGPT's masks. Float64 products would also absorb BLAS
-    differences but cost several times the Gram time on CPU (docs/benchmarks.md).
-    Light mode: column squared norms (in,) plus the token rows at every ``stride``-th
+    Full mode: gram (in, in) on the compute device: one float32 product XᵀX per GRAM_CHUNK
+    consecutive calibration sequences (sequences 0-3, 4-7, ... whatever the runner's batch;
+    the last chunk may be shorter), summed in calibration order in float64 and cast to
+    float32 by ``finish``. The shape of every product and the order of the sum are then
+    fixed by the calibration set alone, not by the runner's batch of sequences, so the
+    runner batch does not move SparseGPT's masks; a product over a few sequences rather
+    than one is a larger GEMM, several times fewer kernel calls and thread barriers.
+    Float64 products would also absorb BLAS differences but cost about twice the Gram time
+    on CPU (docs/benchmarks.md).
+    Light mode: column squared norms (in,), summed in float64 (Wanda's scores are compared
+    in float64, see ``core.methods.wanda``), plus the token rows at every ``stride``-th
     position (about SAMPLE_ROWS of them), written into a buffer allocated once.
 
     The collector learns on the first batch which hooked linear reads its input last; from
@@ -84,6 +90,7 @@ class _StatsCollector:
         self.handles = []
         self.stride = max(1, n_tokens // SAMPLE_ROWS)
         n_sample = -(-n_tokens // self.stride)  # rows at positions 0, stride, 2·stride, ...
+        self.pending: dict[int, list[torch.Tensor]] = {}  # stat -> sequences not yet in gram
         self.fired: list[nn.Module] = []  # hooked linears in the order they ran (first batch)
         self.learned = False
         self.stop_at: nn.Module | None = None
@@ -95,10 +102,14 @@ class _StatsCollector:
             if owners[role] != role:
                 continue  # the owner's hook accumulates for it
             dev, n_in = lin.weight.device, lin.in_features
-            stat = (LinearStats(gram=torch.zeros(n_in, n_in, device=dev, dtype=GRAM_DTYPE))
-                    if want_gram else
-                    LinearStats(sq_norms=torch.zeros(n_in, device=dev),
-                                sample=torch.zeros(n_sample, n_in, device=dev)))  # fmt: skip
+            stat = (
+                LinearStats(gram=torch.zeros(n_in, n_in, device=dev, dtype=GRAM_DTYPE))
+                if want_gram
+                else LinearStats(
+                    sq_norms=torch.zeros(n_in, device=dev, dtype=GRAM_DTYPE),
+                    sample=torch.zeros(n_sample, n_in, device=dev),
+                )
+            )
             hook_roles = [r for r, o in owners.items() if o == role]
             for r in hook_roles:
                 self.stats[r] = stat
@@ -113,12 +124,19 @@ class _StatsCollector:
             x = args[0]  # (B, L, in)
             flat = x.reshape(-1, x.shape[-1]).float()
             if stat.gram is not None:
-                # one (in, in) float32 product per sequence, whatever the batch, added in
-                # calibration order into the float64 sum
+                pending, fresh = self.pending.setdefault(id(stat), []), 0
                 for seq in flat.reshape(-1, x.shape[-2], x.shape[-1]):  # (L, in)
-                    stat.gram += seq.T @ seq
+                    pending.append(seq)
+                    fresh += 1
+                    if len(pending) == GRAM_CHUNK:
+                        self._add_gram(stat)
+                        pending, fresh = self.pending.setdefault(id(stat), []), 0
+                if fresh:  # copied, so the waiting sequences do not hold the whole batch
+                    pending[-fresh:] = [seq.clone() for seq in pending[-fresh:]]
             else:
-                stat.sq_norms += flat.square().sum(0)
+                # float32 squares are exact in float64; the CPU's vector width then moves
+                # the sum by ~1e-16 relative, not float32's ~1e-7
+                stat.sq_norms += flat.to(GRAM_DTYPE).square().sum(0)
                 # rows at global token positions that are multiples of the stride
                 offset = (-stat.n_tokens) % self.stride
                 rows = flat[offset :: self.stride]
@@ -147,10 +165,19 @@ class _StatsCollector:
         for h in self.handles:
             h.remove()
 
+    def _add_gram(self, stat: LinearStats) -> None:
+        """Add the pending sequences' float32 product XᵀX (in, in) to the float64 sum."""
+        pending = self.pending.pop(id(stat), [])
+        if pending:
+            X = pending[0] if len(pending) == 1 else torch.cat(pending)  # (chunk·L, in)
+            stat.gram += X.T @ X
+
     def finish(self) -> None:
-        """Cast the float64 Gram sums to the float32 the methods read (shared stats once)."""
+        """Add the last, shorter chunk and cast the float64 Gram sums to the float32 the
+        methods read (shared stats once)."""
         for stat in {id(s): s for s in self.stats.values()}.values():
             if stat.gram is not None:
+                self._add_gram(stat)
                 stat.gram = stat.gram.float()
 
 
