@@ -22,6 +22,7 @@ PAGES = [
     st.Page("pages/repdim.py", title="Representation dimension", icon=":material/straighten:"),
     st.Page("pages/attention.py", title="Attention masks", icon=":material/grid_on:"),
     st.Page("pages/assumptions.py", title="Assumption checks", icon=":material/trending_down:"),
+    st.Page("pages/compare.py", title="Compare", icon=":material/compare:"),
     st.Page("pages/runs.py", title="Runs", icon=":material/table_view:"),
 ]
 

@@ -77,6 +77,8 @@ from bulk_store import build
 
 HEATMAP = "heatmap (new prompt)"
 HEATMAP_NEXT = "heatmap (another prompt)"
+COMPARE = "compare (new prompt)"
+COMPARE_NEXT = "compare (another prompt)"
 QUIET_MS = 300  # no chart change for this long = drawn (waited for, not counted)
 SEED_RUN = [
     "prune",
@@ -169,6 +171,17 @@ def heatmap(page) -> Timing:
     return act(page, lambda: box.press("Control+Enter"))
 
 
+def compare_prompt(page) -> Timing:
+    """On Compare: a text never typed before, sent with Ctrl+Enter: the dense model and the
+    page's default run (the first listed) continue it and are compared layer by layer."""
+    box = page.get_by_label("Prompt", exact=True)
+    if box.input_value():  # a prepared prompt is on: switch to the user's own text first
+        act(page, page.get_by_text("Your own text", exact=True).click)
+    box = page.get_by_label("Prompt", exact=True)
+    box.fill(f"A new text typed at {time.time():.3f} to miss every cache, then continued.")
+    return act(page, lambda: box.press("Control+Enter"))
+
+
 def one_pass(page, url: str, first: bool) -> dict[str, dict[str, Timing]]:
     """Navigate to every page (then the heatmap), then load every page by URL."""
     out: dict[str, dict[str, Timing]] = {"navigate": {}, "load": {}}
@@ -180,6 +193,9 @@ def one_pass(page, url: str, first: bool) -> dict[str, dict[str, Timing]]:
         if name == "Attention masks":
             out["navigate"][HEATMAP] = heatmap(page)  # the first prompt typed on arriving
             out["navigate"][HEATMAP_NEXT] = heatmap(page)  # and the one after it
+        if name == "Compare":
+            out["navigate"][COMPARE] = compare_prompt(page)
+            out["navigate"][COMPARE_NEXT] = compare_prompt(page)
     if not first:
         for name in PAGES:
             out["load"][name] = load(page, url, name)
@@ -219,7 +235,7 @@ def framework_floor(repeat: int) -> tuple[float, float]:
 
 
 def print_table(cold: dict, warm: list[dict]) -> None:
-    names = [*PAGES, HEATMAP, HEATMAP_NEXT]
+    names = [*PAGES, HEATMAP, HEATMAP_NEXT, COMPARE, COMPARE_NEXT]
     width = max(len(k) for k in names)
     print(f"{'seconds':{width}}  {'first':>6} {'median':>6} {'max':>6} {'load':>6}"
           f"   {'ask':>5} {'run':>5} {'draw':>5} {'charts':>6}")  # fmt: skip

@@ -72,6 +72,7 @@ PAGES = {
     "Representation dimension": "repdim",
     "Attention masks": "attention",
     "Assumption checks": "assumptions",
+    "Compare": "compare",
     "Runs": "runs",
 }
 

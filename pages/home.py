@@ -107,6 +107,11 @@ with left:
         "Unstructured pruning zeroes entries and keeps d; SliceGPT rotates the stream and "
         "keeps d′ = (1 − s)·d columns."
     )
+    st.page_link(
+        "pages/compare.py",
+        label="See what pruning changes in this forward pass, layer by layer, on your own text",
+        icon=":material/compare:",
+    )
 with right:
     st.markdown("**Paper A** — perplexity set by the representation dimension:")
     st.latex(r"\frac{\ln \mathrm{PPL}_0}{\ln \mathrm{PPL}} = 1 - s, \qquad s = 1 - \frac{d'}{d}")

@@ -10,6 +10,7 @@ import streamlit as st
 from core import figures, jobs
 from core.analysis.tables import runs_frame
 from core.errors import PruneScopeError
+from core.store.report import report_html
 from pages.common import get_store, list_runs, require_frame, show_error
 from pages.recovery_views import recovery_panel
 
@@ -63,6 +64,13 @@ if rows:
                 partial(jobs.export_runs, store, done_ids),
                 file_name="prunescope-runs.zip",
                 mime="application/zip",
+            )
+            st.download_button(
+                f"Report of {done_ids[0][:8]} (HTML: provenance, metrics, charts)",
+                partial(report_html, store, done_ids[0]),
+                file_name=f"prunescope-{done_ids[0]}.html",
+                mime="text/html",
+                help="one self-contained file to share; the first finished run selected",
             )
     with c2:
         confirm = st.checkbox(f"Yes, delete {len(ids)} run(s)", key=f"confirm_delete_{version}")

@@ -107,7 +107,7 @@ def test_prune_then_attention_then_a_bad_input(tmp_path, shots) -> None:
 
 # Pages that must show at least one chart once the demo set is in (url name -> title).
 DEMO_PAGES = ["Home", "Prune", "Representation dimension", "Attention masks",
-              "Assumption checks", "Runs"]  # fmt: skip
+              "Assumption checks", "Compare", "Runs"]  # fmt: skip
 PAGES_SLUG = {name: path or "home" for name, path in PAGES.items()}
 DEMO_TIMEOUT_S = 40 * 60
 # The embedded model is the test; tiny-llama checks the test itself in a minute or two.

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.errors import ConfigError
+from core.data import load_corpus
+from core.errors import ConfigError, DataError
 from core.evaluation.attention_maps import token_labels
 from core.evaluation.compare import (
     LayerDivergence,
@@ -44,7 +45,7 @@ from core.progress import ProgressFn, report
 from core.runs.rebuild import load_saved, model_of_run
 from core.runs.resources import get_model
 from core.runs.restore import restorable, restore_model
-from core.settings.config import ModelSpec, RunConfig
+from core.settings.config import DataSpec, ModelSpec, RunConfig
 from core.store.record import Run
 from core.store.run_store import RunStore
 
@@ -63,6 +64,17 @@ HOW = {
     "saved": "loaded from its saved folder",
     "rebuilt": "rebuilt by re-running its pruning",
 }
+
+# The teaching path's prepared prompts (the Compare page): a fact, a short arithmetic, and a
+# sentence of the run's evaluation corpus (``corpus_sentence``).
+FACT, ARITHMETIC, CORPUS = "A fact", "A short arithmetic", "From the evaluation corpus"
+PROMPTS = {
+    FACT: "The capital of France is",
+    ARITHMETIC: "Question: what is 12 + 7? Answer:",
+    CORPUS: None,
+}
+CORPUS_WORDS = (12, 40)  # a sentence of at least 12 words, cut at 40
+FALLBACK_SENTENCE = "The tower is 324 metres tall, about the same height as an 81-storey building."
 
 _MODELS: OrderedDict[tuple, tuple[LoadedModel, str]] = OrderedDict()
 _RESULTS: OrderedDict[tuple, Any] = OrderedDict()
@@ -113,8 +125,42 @@ def rebuild_seconds(run: Run) -> float | None:
     return float(run.metrics.get("prune_seconds") or 0.0) or None
 
 
+def corpus_sentence(run: Run) -> str:
+    """The first line of the run's evaluation corpus with at least ``CORPUS_WORDS[0]`` words
+    (cut at ``CORPUS_WORDS[1]``); a fixed sentence when the corpus cannot be read."""
+    data = (run.config.get("eval") or {}).get("data") or {}
+    try:
+        corpus = load_corpus(DataSpec(**data))
+    except (DataError, ConfigError, TypeError):
+        return FALLBACK_SENTENCE
+    lo, hi = CORPUS_WORDS
+    for doc in corpus.documents[:2000]:
+        for line in doc.splitlines():
+            words = line.split()
+            if len(words) >= lo and not line.lstrip().startswith(("=", "#", ">>>")):
+                return " ".join(words[:hi])
+    return FALLBACK_SENTENCE
+
+
+def prompt_text(run: Run, name: str) -> str:
+    """A prepared prompt by its name (``PROMPTS``)."""
+    if name not in PROMPTS:
+        raise ConfigError(f"unknown prepared prompt {name!r}; use one of {list(PROMPTS)}")
+    return PROMPTS[name] or corpus_sentence(run)
+
+
 def _stamp(run: Run) -> tuple:
     return (run.id, run.record.finished or 0.0)
+
+
+def model_cached(run: Run) -> bool:
+    """Whether the run's model is already built in this process."""
+    return _stamp(run) in _MODELS
+
+
+def tokenizer_of(run: Run):
+    """The tokenizer of the run's model (its dense model's)."""
+    return get_model(dense_spec(run), fresh=False).tokenizer
 
 
 def compare_model(store: RunStore, run: Run, progress: ProgressFn | None = None):

@@ -1,0 +1,186 @@
+"""Compare: dense and pruned side by side on your own text, token by token and layer by layer."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from core.analysis.departure import departure_reading, generation_reading, nll_reading
+from core.demo import PAGE_ATTENTION
+from core.errors import PruneScopeError
+from core.evaluation.generate import Decoding
+from core.figures.compare import layer_curves, lens_frame, token_nll_map
+from core.runs import comparison as cmp
+from core.store.record import RunRecord
+from core.store.report import report_html
+from pages.common import fmt_seconds, get_store, list_runs, require_frame, run_label, show_error
+from pages.starters import offer_run
+
+require_frame(__file__)
+MAX_RUNS = 4
+OWN = "Your own text"
+
+store = get_store()
+st.title("Compare")
+st.caption(
+    "What did pruning change in what the model *says*? Pick runs of one model and a text: "
+    "their continuations beside the dense model's (same decoding), the tokens that became "
+    "harder, and the layer from which each run parts from the dense model."
+)
+
+records = [
+    r for kind in ("prune", "slice") for r in list_runs(store, kind=kind, status="done") if r.model
+]
+if not records:
+    offer_run(store, PAGE_ATTENTION, "No finished pruning run to compare yet.")
+    st.stop()
+
+models = list(dict.fromkeys(r.model for r in records))
+c1, c2 = st.columns([1, 2])
+model = c1.selectbox("Model", models, key="cmp_model")
+of_model = [r for r in records if r.model == model]
+labels = {r.id: run_label(r) for r in of_model}
+chosen = c2.multiselect(
+    "Runs to compare (same model)",
+    list(labels),
+    list(labels)[:1],
+    format_func=labels.get,
+    max_selections=MAX_RUNS,
+    key="cmp_runs",
+)
+if not chosen:
+    st.info("Pick at least one run.")
+    st.stop()
+by_id: dict[str, RunRecord] = {r.id: r for r in of_model}
+
+with st.expander("Decoding (the same for the dense model and every run)"):
+    d1, d2, d3, d4 = st.columns(4)
+    new_tokens = d1.number_input("New tokens", 1, 128, 32, key="cmp_tokens")
+    temperature = d2.number_input("Temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="cmp_t")
+    top_p = d3.number_input("Top-p", 0.05, 1.0, 1.0, 0.05, key="cmp_top_p")
+    seed = d4.number_input("Seed", 0, 2**31 - 1, 0, key="cmp_seed")
+dec = Decoding(int(new_tokens), float(temperature), float(top_p), int(seed))
+
+
+def name_of(run_id: str) -> str:
+    r = by_id[run_id]
+    sparsity = f" {r.sparsity:g}" if r.sparsity is not None else ""
+    pattern = f" {r.pattern}" if r.pattern and r.pattern != "unstructured" else ""
+    return f"{r.method or r.kind}{sparsity}{pattern} [{run_id[:4]}]"
+
+
+def announce_rebuilds(run_ids: list[str]) -> None:
+    """Say which runs are rebuilt by re-running their pruning, and for about how long."""
+    for rid in run_ids:
+        run = store.load(rid)
+        secs = cmp.rebuild_seconds(run)
+        if cmp.how_built(run) == "rebuilt" and not cmp.model_cached(run):
+            st.info(
+                f"{name_of(rid)} stored no masks: its model is rebuilt once by re-running its "
+                f"pruning (about {fmt_seconds(secs)}), then kept for this session."
+            )
+
+
+def generations(text: str, run_ids: list[str]) -> dict[str, cmp.RunComparison]:
+    """Continuations side by side, streamed into their columns on a first computation."""
+    cols = st.columns(len(run_ids) + 1)
+    cols[0].markdown("**Dense**")
+    slots = {"dense": cols[0].empty()}
+    for col, rid in zip(cols[1:], run_ids, strict=True):
+        col.markdown(f"**{name_of(rid)}**")
+        slots[rid] = col.empty()
+    shown: dict[str, list[int]] = {k: [] for k in slots}
+    out: dict[str, cmp.RunComparison] = {}
+    tokenizer = cmp.tokenizer_of(store.load(run_ids[0]))
+
+    def on_token(who: str, tok: int) -> None:
+        shown[who].append(tok)
+        slots[who].markdown(f"{text} **{tokenizer.decode(shown[who])}**")
+
+    for rid in run_ids:
+        res = cmp.compare_run(store, rid, text, dec, on_token)
+        out[rid] = res
+        slots["dense"].markdown(f"{text} **{res.dense.text}**")
+        slots[rid].markdown(f"{text} **{res.pruned.text}**")
+    for col, rid in zip(cols[1:], run_ids, strict=True):
+        res = out[rid]
+        col.caption(generation_reading(res.dense.new_ids, res.pruned.new_ids, name_of(rid)))
+    cols[0].caption(dec.describe())
+    return out
+
+
+def token_view(results: dict[str, cmp.RunComparison]) -> list:
+    first = next(iter(results.values()))
+    diffs = {name_of(rid): r.nll_diff for rid, r in results.items()}
+    fig = token_nll_map(first.tokens, diffs)
+    st.plotly_chart(fig, key="cmp_tokens_map")
+    for rid, r in results.items():
+        st.caption(nll_reading(r.mean_nll_diff, r.worst(), name_of(rid)))
+    worst = [{"run": name_of(rid), **w} for rid, r in results.items() for w in r.worst()[:5]]
+    st.dataframe(pd.DataFrame(worst), hide_index=True, key="cmp_worst")
+    return [(fig, "Per-token NLL of each run minus the dense model's on this text.")]
+
+
+def layer_view(results: dict[str, cmp.RunComparison]) -> list:
+    rows = [
+        {"series": name_of(rid), "layer": i, "kl": kl, "rel_error": err}
+        for rid, r in results.items()
+        for i, (kl, err) in enumerate(zip(r.layers.kl, r.layers.rel_error, strict=True))
+    ]
+    fig = layer_curves(pd.DataFrame(rows))
+    st.plotly_chart(fig, key="cmp_layers")
+    readings = [departure_reading(r.layers.kl, name_of(rid)) for rid, r in results.items()]
+    for line in readings:
+        st.caption(line)
+    notes = {r.note for r in results.values()}
+    for note in sorted(notes):
+        st.caption(note)
+    with st.expander("Logit lens: what each layer would predict next (last position)"):
+        first = next(iter(results.values()))
+        tok = cmp.tokenizer_of(store.load(first.run_id))
+        dense_top = [(tok.decode([i]), p) for i, p in first.layers.dense_top]
+        runs_top = {
+            name_of(rid): [(tok.decode([i]) if i >= 0 else "?", p) for i, p in r.layers.pruned_top]
+            for rid, r in results.items()
+        }
+        st.dataframe(lens_frame(len(dense_top), dense_top, runs_top), hide_index=True)
+    return [(fig, " ".join(readings))]
+
+
+@st.fragment
+def comparison(run_ids: list[str]) -> None:
+    """The text and the three views: a fragment, so a new text reruns this part alone."""
+    first = store.load(run_ids[0])
+    choice = st.radio(
+        "Text", [*cmp.PROMPTS, OWN], horizontal=True, key="cmp_choice",
+        help="a prepared prompt of the teaching path, or your own text",
+    )  # fmt: skip
+    prepared = "" if choice == OWN else cmp.prompt_text(first, choice)
+    text = st.text_area(
+        "Prompt", prepared, key=f"cmp_text_{choice}", max_chars=2000,
+        help="continued by every model, and scored token by token; Ctrl+Enter applies it",
+    )  # fmt: skip
+    if not text.strip():
+        st.info("Type a text to compare.")
+        return
+    try:
+        announce_rebuilds(run_ids)
+        st.subheader("Generations")
+        results = generations(text, run_ids)
+        st.subheader("Where it hurts, token by token")
+        extra = token_view(results)
+        st.subheader("Where it parts from the dense model, layer by layer")
+        extra += layer_view(results)
+    except PruneScopeError as exc:
+        show_error(exc)
+        return
+    st.download_button(
+        f"Report of {name_of(run_ids[0])} (HTML)",
+        lambda: report_html(store, run_ids[0], extra),
+        file_name=f"prunescope-{run_ids[0]}.html",
+        mime="text/html",
+        key="cmp_report",
+    )
+
+
+comparison(chosen)
