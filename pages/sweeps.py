@@ -10,6 +10,7 @@ import streamlit as st
 from core import jobs
 from core.cli.reproduce import command_line
 from core.errors import PruneScopeError
+from core.figures import ppl_vs_sparsity
 from core.figures.sweeps import accuracy_curves, sweep_curves
 from core.jobs.grid_sweep import (
     GRID_STATES,
@@ -24,6 +25,7 @@ from core.jobs.grid_sweep import (
 from core.names import PRUNED_KINDS
 from core.settings.commands import command_fields, defaults, sweep_defaults
 from core.settings.sweep_axes import SWEEP_GRID
+from core.sweeps.recovery import before_after_frame, recovered_table
 from pages.common import (
     current_job,
     fmt_seconds,
@@ -168,6 +170,11 @@ def show_curves(status: GridStatus) -> None:
     if table["acc_mean"].notna().any():
         st.plotly_chart(accuracy_curves(table), key=f"acc_{status.job_id}")
     st.dataframe(table.drop(columns="run_ids"), hide_index=True, key=f"table_{status.job_id}")
+    recovered = recovered_table(store, table.to_dict(orient="records"))
+    if recovered:  # points recovered by `sweep --recover-steps N` or one by one (Runs page)
+        title = "Perplexity before and after recovery fine-tuning"
+        frame = before_after_frame(recovered)
+        st.plotly_chart(ppl_vs_sparsity(frame, title), key=f"recovered_{status.job_id}")
 
 
 def outcome(status: GridStatus) -> None:

@@ -168,3 +168,45 @@ def test_populate_every_page_then_every_page_has_a_chart(tmp_path, shots, record
     assert not any(
         "Traceback" in line for line in (tmp_path / "server.log").read_text().splitlines()
     )
+
+
+def test_recover_a_run_from_the_runs_page(tmp_path, shots, shared_data) -> None:
+    """A stored tiny-llama Wanda run -> Runs page -> "Start recovery" (a few steps) -> its
+    curve and the perplexities before and after are shown."""
+    pytest.importorskip("playwright")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from core.runs import run_prune
+    from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
+    from core.store.run_store import RunStore
+
+    root = tmp_path / "store"
+    run_prune(
+        ModelSpec("tiny-llama", "cpu", "float32"),
+        PruneConfig("wanda", 0.5),
+        CalibConfig(DataSpec("pydoc", "train"), nsamples=4, seqlen=64),
+        EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4),
+        RunStore(root),
+    )
+    with (
+        streamlit_server(root, tmp_path / "server.log") as url,
+        chromium_page() as page,
+    ):
+        open_page(page, url, "Runs")
+        for label, value in [
+            ("Steps", 4),
+            ("Training windows", 8),
+            ("Tokens per window", 64),
+        ]:
+            set_number(page, label, value)
+        page.get_by_role("button", name="Start recovery").click()
+        page.get_by_text(re.compile(r"Run [0-9a-f]{16} finished")).wait_for(timeout=240_000)
+        wait_idle(page)
+        page.get_by_text("perplexity after").first.wait_for(timeout=30_000)
+        wait_charts(page)
+        assert page.get_by_text("perplexity before").first.is_visible()
+        assert page.locator("[data-testid='stPlotlyChart']").count() >= 3  # compare, curve, bars
+        fit_viewport(page)
+        page.screenshot(path=str(shots / "e2e-recover.png"))
+    assert not any(
+        "Traceback" in line for line in (tmp_path / "server.log").read_text().splitlines()
+    )

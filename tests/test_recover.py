@@ -32,6 +32,7 @@ from core.settings.config import (
     RunConfig,
 )
 from core.settings.request import plan_request, run_options
+from core.sweeps.recovery import before_after_frame, recovered_table
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)
@@ -239,3 +240,26 @@ def test_runs_page_offers_the_form_and_shows_a_recovery(store, wanda_run) -> Non
     labels = [m.label for m in at.metric]
     assert labels == ["perplexity before", "perplexity after", "dense perplexity", "fine-tune time"]
     assert len(at.get("plotly_chart")) == 3  # the runs chart, the curve, before/after
+
+
+def test_sweep_recovers_its_points_and_tabulates_before_and_after(
+    store, tiny_flags, shared_data, capsys
+) -> None:
+    argv = ["sweep", "--method", "wanda", "--sparsities", "0.3,0.6", *tiny_flags]
+    assert main([*argv, "--recover-steps", "0"]) == 2  # refused before any work
+    assert "--recover-steps must be >= 1" in capsys.readouterr().err
+    assert main([*argv, "--recover-steps", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["recovered"]
+    assert [r["sparsity"] for r in rows] == [0.3, 0.6]
+    assert all(r["n_runs"] == 1 and r["ppl_after"] > 0 and r["steps"] == 2 for r in rows)
+    recs = store.list(kind=RECOVER, status="done")
+    assert len(recs) == 2
+    assert {r.config["extra"]["recover"]["parent"] for r in recs} == set(
+        out["table"][1]["run_ids"].split(",") + out["table"][2]["run_ids"].split(",")
+    )
+    every = recovered_table(store, out["table"])  # every number of steps stored
+    assert every == rows
+    frame = before_after_frame(every)
+    assert sorted(frame["series"].unique()) == ["wanda +2 steps", "wanda one-shot"]
+    assert len(frame) == 4

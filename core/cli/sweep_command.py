@@ -8,7 +8,7 @@ the one rule, kept as it always was for users:
 - ``--grid`` asks for the grid sweep;
 - else the relation sweep when ``--method`` is slicegpt alone (the default, with or without
   --seeds) and nothing only a grid has is given (another pattern, allocation or target set,
-  a METHOD.KEY option, an executor flag);
+  a METHOD.KEY option, an executor flag, --recover-steps);
 - else the grid sweep.
 
 Below this edge nothing guesses: the relation sweep is planned by
@@ -36,6 +36,7 @@ from core.settings.field import method_list
 from core.store.run_store import RunStore
 from core.sweeps.executors import EXECUTORS, make_executor
 from core.sweeps.orchestrate import run_sweep_grid, table_lines
+from core.sweeps.recovery import recover_points, recovered_lines, recovered_table
 
 EXECUTOR_DEFAULTS = {
     "executor": "local",
@@ -83,6 +84,14 @@ def add_grid_args(p: argparse.ArgumentParser) -> None:
         "else the cluster `ray start` runs on this machine, else a private local one",
     )
     g.add_argument(
+        "--recover-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="then recover every pruned point by N steps of LoRA fine-tuning (core.runs.recover) "
+        "and print perplexity before and after",
+    )
+    g.add_argument(
         "--scratch",
         default=None,
         metavar="DIR",
@@ -97,6 +106,7 @@ def sweep_kind(args: argparse.Namespace, values: dict[str, Any]) -> str:
         return GRID_SWEEP
     v = requests.values_of(RELATION_SWEEP, values)
     executor = any(getattr(args, k) != d for k, d in EXECUTOR_DEFAULTS.items())
+    executor = executor or args.recover_steps is not None  # recovering points is a grid's
     grid_axes = any(str(v[k]).replace(" ", "") != d for k, d in GRID_ONLY.items())
     own = requests.split_options(v["option"])[1]
     alone = method_list(v["method"]) == ["slicegpt"]
@@ -126,8 +136,14 @@ def cmd_grid(args, progress, values: dict[str, Any], store: RunStore) -> dict[st
         args.executor, args.workers, _ints(args.gpus, "--gpus"), args.ray_address, args.scratch
     )
     executor.check()
+    if args.recover_steps is not None and args.recover_steps < 1:
+        raise ConfigError(f"--recover-steps must be >= 1, got {args.recover_steps}")
     print(f"executor {executor.name}: {executor.where}", file=sys.stderr)
-    return run_sweep_grid(spec, store, executor, grid_progress(progress))
+    out = run_sweep_grid(spec, store, executor, grid_progress(progress))
+    if args.recover_steps is not None:
+        recover_points(store, out["table"], args.recover_steps, progress)
+        out["recovered"] = recovered_table(store, out["table"], args.recover_steps)
+    return out
 
 
 def grid_progress(progress) -> Any:
@@ -148,4 +164,4 @@ def grid_lines(out: dict[str, Any]) -> list[str]:
         f"{len(out['run_ids'])} runs ({out['computed']} computed, {out['cached']} reused) "
         f"on executor {out['executor']} ({out['device']}): {out.get('where', '')}"
     )
-    return [head, *table_lines(out["table"])]
+    return [head, *table_lines(out["table"]), *recovered_lines(out.get("recovered", []))]
