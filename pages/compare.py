@@ -132,9 +132,9 @@ def layer_view(results: dict[str, cmp.RunComparison]) -> list:
     readings = [departure_reading(r.layers.kl, name_of(rid)) for rid, r in results.items()]
     for line in readings:
         st.caption(line)
-    notes = {r.note for r in results.values()}
-    for note in sorted(notes):
-        st.caption(note)
+    for rid, r in results.items():
+        if r.note != cmp.SAME_BASIS:  # SliceGPT: the basis it was compared in, stated
+            st.caption(f"{name_of(rid)}: {r.note}")
     with st.expander("Logit lens: what each layer would predict next (last position)"):
         first = next(iter(results.values()))
         tok = cmp.tokenizer_of(store.load(first.run_id))
@@ -152,14 +152,20 @@ def comparison(run_ids: list[str]) -> None:
     """The text and the three views: a fragment, so a new text reruns this part alone."""
     first = store.load(run_ids[0])
     choice = st.radio(
-        "Text", [*cmp.PROMPTS, OWN], horizontal=True, key="cmp_choice",
+        "Text",
+        [*cmp.PROMPTS, OWN],
+        horizontal=True,
+        key="cmp_choice",
         help="a prepared prompt of the teaching path, or your own text",
-    )  # fmt: skip
+    )
     prepared = "" if choice == OWN else cmp.prompt_text(first, choice)
     text = st.text_area(
-        "Prompt", prepared, key=f"cmp_text_{choice}", max_chars=2000,
+        "Prompt",
+        prepared,
+        key=f"cmp_text_{choice}",
+        max_chars=2000,
         help="continued by every model, and scored token by token; Ctrl+Enter applies it",
-    )  # fmt: skip
+    )
     if not text.strip():
         st.info("Type a text to compare.")
         return

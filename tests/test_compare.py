@@ -155,3 +155,21 @@ def test_departure_rule_says_no_for_a_model_against_itself_and_yes_for_a_departu
     assert departure_layer([0.2, 0.3, 0.01]) is None  # back below the threshold at the end
     assert agreeing_prefix([1, 2, 3], [1, 2, 4]) == 2
     assert "first 2 of 3" in generation_reading([1, 2, 3], [1, 2, 4], "run")
+
+
+def test_an_older_run_is_rebuilt_once_then_restored_from_its_folder(store, wanda_run) -> None:
+    from core.runs import comparison
+
+    run = store.load(wanda_run["run_id"])
+    (run.dir / "arrays" / f"{A_REBUILD}.safetensors").unlink()  # as stored before the arrays
+    assert how_built(run) == "rebuilt"
+    comparison._MODELS.clear()
+    _, how = compare_model(store, run)
+    assert how == "rebuilt" and how_built(run) == "stored"
+    comparison._MODELS.clear()  # a new process
+    _, how = compare_model(store, run)
+    assert how == "stored"
+    windows, _ = get_eval_windows(get_model(MODEL, fresh=False), EVAL)
+    m = wanda_run["metrics"]
+    expected = math.log(m["ppl"]) - math.log(m["dense_ppl"])
+    assert window_nll_diff(store, run.id, windows).mean() == pytest.approx(expected, rel=1e-4)

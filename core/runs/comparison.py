@@ -40,11 +40,11 @@ from core.evaluation.compare import (
 from core.evaluation.generate import Decoding, generate
 from core.machine.device import resolve_device
 from core.models.load import LoadedModel
-from core.names import EVAL, PRUNED_KINDS, SLICE
+from core.names import EVAL, PRUNE, PRUNED_KINDS, SLICE
 from core.progress import ProgressFn, report
 from core.runs.rebuild import load_saved, model_of_run
 from core.runs.resources import get_model
-from core.runs.restore import restorable, restore_model
+from core.runs.restore import keep_rebuilt, restorable, restore_model
 from core.settings.config import DataSpec, ModelSpec, RunConfig
 from core.store.record import Run
 from core.store.run_store import RunStore
@@ -57,6 +57,7 @@ SLICED_NOTE = (
     "the dense basis, h·(Q_ℓD)ᵀ, before the relative error is taken, and into its head's basis "
     "for its logit lens (its own folded norm and rotated head)."
 )
+SAME_BASIS = "The run computes in the dense model's basis."
 # how a compared model was obtained -> what the page says
 HOW = {
     "dense": "the dense model",
@@ -93,8 +94,13 @@ def dense_spec(run: Run) -> ModelSpec:
     m = run.config.get("model") or {}
     device = str(resolve_device("auto"))
     dtype = m.get("dtype", "float32") if device != "cpu" else "float32"
-    return ModelSpec(m.get("name", run.record.model or ""), device, dtype,
-                     bool(m.get("trust_remote_code", False)), m.get("revision"))  # fmt: skip
+    return ModelSpec(
+        m.get("name", run.record.model or ""),
+        device,
+        dtype,
+        bool(m.get("trust_remote_code", False)),
+        m.get("revision"),
+    )
 
 
 def comparable(run: Run) -> None:
@@ -182,6 +188,8 @@ def compare_model(store: RunStore, run: Run, progress: ProgressFn | None = None)
         src = RunConfig.from_dict(run.config)
         src = dataclasses.replace(src, model=dataclasses.replace(src.model, **_device(spec)))
         lm, how = model_of_run(src, store, run.id, progress)
+        if run.record.kind == PRUNE:  # stored once: the next process restores it in seconds
+            keep_rebuilt(run, lm)
     lm.model.eval()
     return _remember(_MODELS, key, (lm, how), MODEL_CACHE)
 
@@ -298,7 +306,7 @@ def compare_run(
     pruned = side(lm, ids, dec, _tagged(on_token, run.id))
     basis = rotation_back(dense_lm, lm)
     layers = layer_divergence(dense_lm, dense.trace, lm, pruned.trace, basis)
-    note = SLICED_NOTE if basis is not None else "Both models compute in the same basis."
+    note = SLICED_NOTE if basis is not None else SAME_BASIS
     out = RunComparison(run.id, how, token_labels(lm.tokenizer, ids), dense, pruned, layers, note)
     return _remember(_RESULTS, key, out, RESULT_CACHE)
 

@@ -12,13 +12,18 @@ stores, per targeted linear of every layer, under the ``A_REBUILD`` arrays:
   half precision), and only up to ``MAX_VALUES`` kept weights (beyond, the run is rebuilt by
   re-running its pruning once).
 
-A score-and-mask method's model is rebuilt exactly: the pristine weights times the mask.
+A score-and-mask method's model is rebuilt exactly: the pristine weights times the mask. A
+run stored before these arrays existed gets them the first time its model is rebuilt by
+re-running its pruning (``keep_rebuilt``).
 """
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
+from safetensors.torch import save_file
 
 from core.errors import StoreError
 from core.methods import get_method
@@ -71,6 +76,24 @@ def restorable(run: Run) -> bool:
 def _updates_weights(run: Run) -> bool:
     prune = run.config.get("prune") or {}
     return bool(getattr(get_method(prune.get("method", "")), "updates_weights", True))
+
+
+def keep_rebuilt(run: Run, lm: LoadedModel) -> bool:
+    """After an older prune run's model was rebuilt by re-running its pruning, add its
+    ``A_REBUILD`` arrays to the run's folder (written aside, then renamed into place), so
+    the next process restores it in seconds. False when the folder cannot be written."""
+    prune = run.config.get("prune") or {}
+    arrays = rebuild_arrays(lm, prune.get("targets", "all"), _updates_weights(run))
+    folder = run.dir / "arrays"
+    tmp = folder / f".{A_REBUILD}.{os.getpid()}.tmp"
+    try:
+        folder.mkdir(exist_ok=True)
+        save_file({k: v.contiguous() for k, v in arrays.items()}, str(tmp))
+        tmp.replace(folder / f"{A_REBUILD}.safetensors")
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+    return True
 
 
 @torch.no_grad()
