@@ -8,14 +8,17 @@ divergence (the app's Compare page and ``python -m core compare``).
   ``log softmax(head(norm(h_ℓ)))``: what the model would predict if it stopped at layer ℓ. The
   last layer's lens is the model's own logits.
 - **Divergence per layer.** KL(dense ‖ pruned) of the two lenses' next-token distributions,
-  averaged over positions, and the relative error ‖H_pruned − H_dense‖_F / ‖H_dense‖_F of the
-  layer outputs. A SliceGPT model computes in its own rotated, sliced basis (papers.md §2): its
-  layer outputs are rotated back to the dense basis, h·(Q_ℓD)ᵀ, for the relative error, and
-  into the basis of its head (the last layer's, Q_LD) for its lens, which then reads them
-  through its own folded norm and rotated head. Q_ℓD is read off the
-  weights: the layer's residual writer is Dᵀ·Q_ℓᵀ·W_dense, so a least-squares solve against the
-  dense writer recovers it (exact for a pre-norm stack; with post-block norms it is the writer
-  divided by the norm's γ). A basis that does not come out orthonormal leaves the error NaN.
+  averaged over the text's last ``LENS_POSITIONS`` positions (those nearest the continuation;
+  each lens position costs a product with the whole head, n_layers × d × V per model, the
+  largest share of a comparison on a CPU), and the relative error
+  ‖H_pruned − H_dense‖_F / ‖H_dense‖_F of the layer outputs.
+- **SliceGPT** computes in its own rotated, sliced basis (papers.md §2): its layer outputs are
+  rotated back to the dense basis, h·(Q_ℓD)ᵀ, for the relative error, and into the basis of
+  its head (the last layer's, Q_LD) for its lens, which then reads them through its own folded
+  norm and rotated head. Q_ℓD is read off the weights: the layer's residual writer is
+  Dᵀ·Q_ℓᵀ·W_dense, so a least-squares solve against the dense writer recovers it (exact for a
+  pre-norm stack; with post-block norms it is the writer divided by the norm's γ). A basis
+  that does not come out orthonormal leaves the KL and the error NaN.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch.nn.functional as F
 from core.errors import ConfigError
 from core.models.load import LoadedModel
 
+LENS_POSITIONS = 8  # positions (the last ones) whose lens distributions the KL averages
 ORTHONORMAL_TOL = 1e-3  # ‖MᵀM − I‖_max above which a recovered basis is not trusted
 WORST_TOKENS = 8  # tokens listed as the worst hit
 
@@ -146,7 +150,7 @@ def layer_divergence(
     last = basis[-1]
     kl, rel, dtop, ptop = [], [], [], []
     for hd, hp, M in zip(dt.states, pt.states, basis, strict=True):
-        logp = torch.log_softmax(lens_logits(dense, hd), -1)
+        logp = torch.log_softmax(lens_logits(dense, hd[-LENS_POSITIONS:]), -1)
         if same:
             back, lens_in = hp, hp
         elif M is None or last is None:  # the basis is unknown: no lens, no error
@@ -160,7 +164,7 @@ def layer_divergence(
             dtop.append(_top(logp))
             ptop.append((-1, float("nan")))
             continue
-        logq = torch.log_softmax(lens_logits(pruned, lens_in), -1)
+        logq = torch.log_softmax(lens_logits(pruned, lens_in[-LENS_POSITIONS:]), -1)
         kl.append(float(kl_rows(logp, logq).mean()))
         rel.append(float((back - hd).norm() / hd.norm().clamp_min(1e-30)))
         dtop.append(_top(logp))
@@ -171,5 +175,6 @@ def layer_divergence(
 def worst_tokens(diff: np.ndarray, labels: list[str], k: int = WORST_TOKENS) -> list[dict]:
     """The k predicted tokens whose NLL rose most (labels[t + 1] is what position t predicts)."""
     order = np.argsort(-diff)[:k]
-    return [{"position": int(t + 1), "token": labels[t + 1], "nll_diff": float(diff[t])}
-            for t in order]  # fmt: skip
+    return [
+        {"position": int(t + 1), "token": labels[t + 1], "nll_diff": float(diff[t])} for t in order
+    ]
