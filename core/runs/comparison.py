@@ -16,6 +16,7 @@ kept in the process, so a page that asks again costs nothing.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,6 +80,10 @@ FALLBACK_SENTENCE = "The tower is 324 metres tall, about the same height as an 8
 
 _MODELS: OrderedDict[tuple, tuple[LoadedModel, str]] = OrderedDict()
 _RESULTS: OrderedDict[tuple, Any] = OrderedDict()
+_BASES: OrderedDict[tuple, Any] = OrderedDict()  # rotation_back per run model
+# One comparison at a time per process: the app serves every session from threads of one
+# process, and two sessions asking for the same new model would otherwise build it twice.
+_LOCK = threading.RLock()
 
 
 def _remember(cache: OrderedDict, key: tuple, value: Any, size: int) -> Any:
@@ -173,9 +178,14 @@ def compare_model(store: RunStore, run: Run, progress: ProgressFn | None = None)
     """(model, how) of a run; cached per process (never mutate the model)."""
     comparable(run)
     key = _stamp(run)
-    if key in _MODELS:
-        _MODELS.move_to_end(key)
-        return _MODELS[key]
+    with _LOCK:
+        if key in _MODELS:
+            _MODELS.move_to_end(key)
+            return _MODELS[key]
+        return _build(store, run, key, progress)
+
+
+def _build(store: RunStore, run: Run, key: tuple, progress: ProgressFn | None):
     spec, how = dense_spec(run), how_built(run)
     if how == "dense":
         return get_model(spec, fresh=False), how  # the pristine copy is cached by resources
@@ -296,19 +306,26 @@ def compare_run(
     dec = dec or Decoding()
     run = store.load(run_id)
     key = (*_stamp(run), text, dec)
-    if key in _RESULTS:
-        _RESULTS.move_to_end(key)
-        return _RESULTS[key]
-    comparable(run)
+    with _LOCK:
+        if key in _RESULTS:
+            _RESULTS.move_to_end(key)
+            return _RESULTS[key]
+        comparable(run)
+        return _remember(_RESULTS, key, _compare(store, run, text, dec, on_token, progress),
+                         RESULT_CACHE)  # fmt: skip
+
+
+def _compare(store: RunStore, run: Run, text: str, dec: Decoding, on_token, progress):
     lm, how = compare_model(store, run, progress)
     dense_lm, dense = dense_side(store, run, text, dec, _tagged(on_token, "dense"))
     ids = dense.trace.ids.tolist()
     pruned = side(lm, ids, dec, _tagged(on_token, run.id))
-    basis = rotation_back(dense_lm, lm)
+    if _stamp(run) not in _BASES:
+        _remember(_BASES, _stamp(run), rotation_back(dense_lm, lm), MODEL_CACHE)
+    basis = _BASES[_stamp(run)]
     layers = layer_divergence(dense_lm, dense.trace, lm, pruned.trace, basis)
     note = SLICED_NOTE if basis is not None else SAME_BASIS
-    out = RunComparison(run.id, how, token_labels(lm.tokenizer, ids), dense, pruned, layers, note)
-    return _remember(_RESULTS, key, out, RESULT_CACHE)
+    return RunComparison(run.id, how, token_labels(lm.tokenizer, ids), dense, pruned, layers, note)
 
 
 def _tagged(on_token: TokenFn | None, who: str) -> Callable[[int], None] | None:
