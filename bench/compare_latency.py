@@ -45,6 +45,7 @@ def main() -> None:
     ap.add_argument("--store", type=Path, help="results store (default: a temp folder)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--pieces", default="wanda,sparsegpt", help="demo-set pieces to compare")
     args = ap.parse_args()
 
     from core.evaluation.generate import Decoding
@@ -54,7 +55,7 @@ def main() -> None:
 
     store = RunStore(args.store or tempfile.mkdtemp(prefix="compare-bench-"))
     t0 = time.perf_counter()
-    runs = {m: demo_run(store, args.model, m) for m in ("wanda", "sparsegpt")}
+    runs = {m: demo_run(store, args.model, m) for m in args.pieces.split(",")}
     print(f"runs ready in {time.perf_counter() - t0:.1f} s: {runs}")
     resources._PRISTINE.clear()  # a process that has not loaded the model yet
     dec = Decoding(args.tokens)
@@ -72,8 +73,9 @@ def main() -> None:
         label = "cold (nothing loaded)" if i == 0 else "first of a run (dense loaded)"
         rows.append((f"{method}: {label}", first, how))
         again = [timed(rid) for _ in range(args.repeat)]
-        rows.append((f"{method}: new prompt (median of {args.repeat})", statistics.median(again),
-                     how))  # fmt: skip
+        rows.append(
+            (f"{method}: new prompt (median of {args.repeat})", statistics.median(again), how)
+        )
     width = max(len(r[0]) for r in rows)
     print(f"{'seconds, ' + args.model + f', {args.tokens} new tokens':{width}}  {'s':>6}  model")
     for name, secs, how in rows:
