@@ -12,6 +12,8 @@ import streamlit as st
 from core import figures, jobs
 from core.analysis.tables import DENSE_ACC, accuracy_beside_dense
 from core.errors import PruneScopeError, StoreError
+from core.planning.fit import plan_fit
+from core.settings import request as requests
 from core.settings.commands import command_fields, defaults
 from core.store.run_store import Run
 from pages.common import (
@@ -28,6 +30,7 @@ from pages.common import (
 )
 from pages.forms import (
     PRESET_FIELDS,
+    UPLOAD,
     corpus_name,
     draw,
     field_value,
@@ -92,11 +95,26 @@ def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
         save = st.toggle("Save the pruned model (downloadable as a zip)", key="save_model")
         force = st.checkbox("Recompute even if the same run is stored", key="force")
     show_estimate(lambda: planned_seconds(store, "prune", values))
+    show_path(values)
     if not st.button("Run", type="primary", disabled=running):
         return None
     values["calib"] = corpus_name(values["calib"], upload, store)
     values["eval"] = corpus_name(values["eval"], upload, store)
     return {**values, "force": force}, save
+
+
+def show_path(values: dict[str, Any]) -> None:
+    """Which path the run will take, as planned (core.planning.fit): in memory or streamed
+    from disk one layer at a time, with the figures that chose it. Nothing when the values
+    are not runnable (the estimate above says why)."""
+    planned = {k: ("pydoc" if v == UPLOAD else v) for k, v in values.items()}
+    try:
+        cfg = requests.plan_request("prune", planned, store)
+        figures = plan_fit(cfg.model, cfg.calib, cfg.eval)
+    except PruneScopeError:
+        return
+    path = "**streamed from disk**, one layer at a time" if cfg.model.stream else "**in memory**"
+    st.caption(f":material/memory: Runs {path}: {figures.describe()}.")
 
 
 # ---- results -------------------------------------------------------------------------------------
@@ -212,7 +230,7 @@ def show_result(run_id: str) -> None:
         )
 
 
-# ---- page ------------------------------------------------------------------------------------------
+# ---- page ----------------------------------------------------------------------------------------
 job_id = current_job("job_id")
 status = jobs.job_status(store, job_id) if job_id else None
 try:

@@ -24,7 +24,9 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import os
 import sys
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -94,7 +96,7 @@ def peak_rss_mb() -> float:
     hwm = proc_status_mb("VmHWM")
     if hwm is not None:
         return hwm
-    import resource
+    import resource  # Unix only
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (2**20 if sys.platform == "darwin" else 2**10)
@@ -114,10 +116,14 @@ def phase_report(
     weights_mb: float,
     calib_mb: float,
     analysis_mb: float = 0.0,
+    units_mb: float = 0.0,
 ) -> dict[str, float]:
-    """The pruning phase's peak beside its budget; ``over_budget_mb`` is the margin used."""
-    budget = (loaded_mb or 0.0) + calib_mb + analysis_mb
-    return {
+    """The pruning phase's peak beside its budget; ``over_budget_mb`` is the margin used.
+    units_mb: what a streamed run holds of its weights on purpose (twice its largest unit:
+    the one in use and the one being read or written), 0 in memory (the weights are
+    already in ``loaded_mb`` there)."""
+    budget = (loaded_mb or 0.0) + calib_mb + analysis_mb + units_mb
+    out = {
         "prune_peak_rss_mb": peak_mb,
         "loaded_rss_mb": loaded_mb or 0.0,
         "weight_mb": weights_mb,
@@ -126,3 +132,88 @@ def phase_report(
         "memory_budget_mb": budget,
         "over_budget_mb": peak_mb - budget,
     }
+    if units_mb:
+        out["streamed_units_mb"] = units_mb
+    return out
+
+
+# ---- free memory: what a run may still take before the kernel (or a limit) stops it ----------
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_NO_LIMIT = 1 << 60  # cgroup v1 writes "no limit" as a huge number (2^63 rounded to pages)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return None if text in ("", "max") else int(text)
+
+
+def _stat(path: Path) -> dict[str, int]:
+    try:
+        return {k: int(v) for k, v in (line.split() for line in path.read_text().splitlines())}
+    except (OSError, ValueError):
+        return {}
+
+
+def _cgroup_free(root: Path = CGROUP_ROOT, proc: Path = Path("/proc/self/cgroup")) -> int | None:
+    """Bytes this process's memory cgroup still allows: its limit (the tightest of its
+    ancestors') minus its usage, reclaimable page cache not counted as used (the file pages
+    a run reads are dropped before the OOM killer is called). None when no limit is set."""
+    try:
+        lines = proc.read_text().splitlines()
+    except OSError:
+        return None
+    free: list[int] = []
+    for line in lines:
+        _, controllers, rel = line.split(":", 2)
+        rel = rel.lstrip("/")
+        if "memory" in controllers.split(","):  # v1: the kernel sums the hierarchy for us
+            base = next((b for b in (root / "memory" / rel, root / "memory") if b.is_dir()), None)
+            stat = _stat(base / "memory.stat") if base else {}
+            limit = stat.get("hierarchical_memory_limit", _NO_LIMIT)
+            usage = _read_int(base / "memory.usage_in_bytes") if base else None
+            if limit < _NO_LIMIT and usage is not None:
+                free.append(limit - usage + stat.get("total_inactive_file", 0))
+        elif controllers == "" and (root / "cgroup.controllers").is_file():  # v2: walk up
+            group = root / rel
+            while True:
+                limit = _read_int(group / "memory.max")
+                usage = _read_int(group / "memory.current")
+                if limit is not None and usage is not None:
+                    inactive = _stat(group / "memory.stat").get("inactive_file", 0)
+                    free.append(limit - usage + inactive)
+                if group == root or root not in group.parents:
+                    break
+                group = group.parent
+    return max(0, min(free)) if free else None
+
+
+def _address_space_free() -> int | None:
+    """Bytes of address space left under RLIMIT_AS (``ulimit -v`` / ``prlimit --as``)."""
+    try:
+        import resource  # Unix only
+    except ImportError:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    size = proc_status_mb("VmSize")
+    return None if size is None else max(0, soft - int(size * 2**20))
+
+
+def free_ram_bytes() -> int:
+    """Memory this process may still allocate: the least of the kernel's MemAvailable, what
+    its memory cgroup still allows (a container's or ``systemd-run -p MemoryMax``'s limit)
+    and the address space left under RLIMIT_AS. Off Linux: the physical memory."""
+    figures = []
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    figures.append(int(line.split()[1]) * 1024)
+    except OSError:
+        figures.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    figures += [f for f in (_cgroup_free(), _address_space_free()) if f is not None]
+    return min(figures)

@@ -144,8 +144,10 @@ def check_stream(cfg: RunConfig, geo: Geometry) -> None:
     if folder.is_dir() and not any(folder.glob("*.safetensors")):
         raise ConfigError(f"{spec.name} has no safetensors files; streaming reads only those")
     if spec.trust_remote_code:
-        raise ConfigError("a streamed model is built from transformers' own classes: drop "
-                          "trust_remote_code or stream off")  # fmt: skip
+        raise ConfigError(
+            "a streamed model is built from transformers' own classes: drop "
+            "trust_remote_code or stream off"
+        )
     if cfg.kind == ZEROSHOT or cfg.extra_value("zeroshot") is not None:
         raise ConfigError("zero-shot tasks score the whole model at once: run them without stream")
     if cfg.prune is not None and cfg.prune.method == "slicegpt" and geo.traits.norm == "layernorm":
@@ -178,7 +180,7 @@ def check_run(cfg: RunConfig, geo: Geometry | None = None) -> None:
             check_slicing(geo, dataclasses.replace(cfg.prune, sparsity=s))
 
 
-# ---- plans: the resolved config (hence the run id) a run will have ---------------------------------
+# ---- plans: the resolved config (hence the run id) a run will have -------------------------------
 def resolve_prune_config(prune: PruneConfig) -> PruneConfig:
     """Validate the method name and fill its options with defaults (options_cls)."""
     cls = get_method(prune.method)
@@ -193,7 +195,7 @@ def resolve_prune_config(prune: PruneConfig) -> PruneConfig:
 
 
 def plan_eval(model: ModelSpec, eval_cfg: EvalConfig) -> RunConfig:
-    cfg = RunConfig("eval", resolve_model_spec(model), eval_cfg)
+    cfg = RunConfig("eval", resolve_model_spec(model, eval_cfg=eval_cfg), eval_cfg)
     check_run(cfg)
     return cfg
 
@@ -210,7 +212,7 @@ def plan_prune(
     methods, the method's own kind ('slice' for SliceGPT) otherwise. Zero-shot settings
     enter the config only when given, so runs without keep their ids; so does ``measure``
     (core.settings.config.MEASURES) at its default."""
-    model = resolve_model_spec(model)
+    model = resolve_model_spec(model, calib=calib, eval_cfg=eval_cfg)
     cfg = prune_run_config(model, prune, calib, eval_cfg, zeroshot, measure)
     check_run(cfg)
     return cfg
@@ -310,10 +312,10 @@ def plan_zeroshot(
         spec, source_run = dataclasses.replace(src.model, stream=False), rec.id
     elif model is None:
         raise ConfigError("zero-shot evaluation needs a model or a stored run")
-    elif model.stream:
+    elif model.stream is True:
         raise ConfigError("zero-shot tasks score the whole model at once: run them without stream")
-    else:
-        spec = resolve_model_spec(model)
+    else:  # in memory, checked to fit (core.planning.fit)
+        spec = resolve_model_spec(dataclasses.replace(model, stream=False))
         geometry(spec)  # the model exists and is a causal LM
     return zeroshot_run_config(spec, zs, source_run), src
 

@@ -14,18 +14,27 @@ from core.data import calibration_windows, eval_windows, load_corpus
 from core.errors import ConfigError
 from core.machine.device import dtype_name, resolve_device, resolve_dtype
 from core.models.load import LoadedModel, load_model
+from core.planning.fit import place
 from core.settings.config import CalibConfig, EvalConfig, ModelSpec
 
 _PRISTINE: dict[tuple, LoadedModel] = {}  # at most one entry: a new model evicts the old one
 _WINDOW_CACHE: dict[tuple, tuple[torch.Tensor, dict[str, Any]]] = {}
 
 
-def resolve_model_spec(spec: ModelSpec, device: str | None = None) -> ModelSpec:
-    """Replace 'auto' device/dtype by what they resolve to.
+def resolve_model_spec(
+    spec: ModelSpec,
+    device: str | None = None,
+    calib: CalibConfig | None = None,
+    eval_cfg: EvalConfig | None = None,
+) -> ModelSpec:
+    """Replace 'auto' device/dtype/stream by what they resolve to.
 
     device ('cpu' | 'cuda'): where remote workers run (a sweep on Ray), used for 'auto'
     without requiring this (driver) machine to have it; None: resolve on this machine, which
-    checks that it has the device.
+    checks that it has the device. stream: decided by ``core.planning.fit`` from the model's
+    weight bytes, the run's planned buffers (``calib``, ``eval_cfg``) and this machine's free
+    memory, which also refuses (ConfigError with the figures) a path that cannot fit; remote
+    workers' memory is not this machine's: 'auto' runs in memory there, unchecked.
     """
     if device is None:
         dev = resolve_device(spec.device)
@@ -37,7 +46,10 @@ def resolve_model_spec(spec: ModelSpec, device: str | None = None) -> ModelSpec:
                 f"unknown device {spec.device!r} (use auto, cpu, cuda, cuda:N)"
             ) from exc
     dtype = resolve_dtype(spec.dtype, dev)
-    return dataclasses.replace(spec, device=str(dev), dtype=dtype_name(dtype))
+    spec = dataclasses.replace(spec, device=str(dev), dtype=dtype_name(dtype))
+    if device is not None:
+        return dataclasses.replace(spec, stream=spec.stream is True)
+    return place(spec, calib, eval_cfg)
 
 
 def _load(key: tuple) -> LoadedModel:

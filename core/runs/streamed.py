@@ -25,7 +25,7 @@ import torch
 
 from core.adapters import resolve_roles
 from core.machine.environment import environment_record
-from core.machine.process_memory import peak_rss_mb, proc_status_mb, release_freed
+from core.machine.process_memory import peak_rss_mb, phase_report, proc_status_mb, release_freed
 from core.models.load import LoadedModel
 from core.names import A_QK, PRUNE, T_EVAL_WINDOWS
 from core.progress import ProgressFn, report
@@ -39,6 +39,7 @@ from core.runs.stream_model import folder_measures, run_dtype, streamed_lm, stre
 from core.settings.config import RunConfig
 from core.store.run_store import RunStore, RunWriter
 from core.stream.pipeline import StreamedRun, prune_streamed
+from core.stream.residency import largest_unit_bytes
 
 MODEL_DIR = "model"  # the changed model, inside the run's folder
 
@@ -97,6 +98,12 @@ def run_streamed(
         )
         step = StreamedStep(cfg, writer, lm, run, calib_ids, loaded_rss, time.perf_counter() - t0)
         own = record(step)
+        if "prune_peak_rss_mb" in own:  # the budget holds two units on purpose (residency)
+            units = 2 * largest_unit_bytes(lm.model) / 2**20
+            keys = ("weight_mb", "calib_buffers_mb", "analysis_buffers_mb")
+            own.update(
+                phase_report(own["prune_peak_rss_mb"], loaded_rss, *(own[k] for k in keys), units)
+            )
         pruned = streamed_perplexity(
             cfg.model, run.folder, windows, cfg.eval.batch_size, opts.activations_on_cpu, progress
         )

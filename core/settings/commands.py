@@ -68,11 +68,15 @@ MODEL = _group(
     Field(
         "stream",
         "Stream the weights from disk (models larger than RAM or the GPU)",
-        "never hold the model: read one decoder layer at a time from its safetensors files "
-        "and write the changed model shard by shard into the run folder (same numbers; "
-        "no effective dimension, latency, attention errors or zero-shot tasks)",
-        False,
-        FLAG,
+        "on: never hold the model: read one decoder layer at a time from its safetensors files "
+        "and write the changed model shard by shard into the run folder (same numbers; no "
+        "effective dimension, latency, attention errors or zero-shot tasks); off: hold it in "
+        "memory; auto: stream only when the weights and buffers would not fit in free memory "
+        "(checked before loading; a path that cannot fit is refused with the figures). "
+        "--stream alone is on, --no-stream off",
+        "auto",
+        CHOICE,
+        ("auto", "on", "off"),
         advanced=True,
     ),
 )

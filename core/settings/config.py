@@ -17,6 +17,9 @@ from core.evaluation.tasks import parse_tasks
 from core.names import DATASETS, FULL, LEAN, LORA, MEASURES, RECOVER_METHODS, resolve_roles
 from core.settings.patterns import parse_pattern
 
+AUTO = "auto"
+STREAM_MODES = {"on": True, "off": False}  # the words of --stream / the form for True / False
+
 
 def _check(cond: bool, msg: str) -> None:
     if not cond:
@@ -28,18 +31,25 @@ class ModelSpec:
     """A model and where it runs. stream: never hold it; build it on the meta device and read
     one module at a time from its safetensors files, writing the changed model shard by
     shard (``core.stream``; same numbers as in memory). It enters the config only when on,
-    so in-memory runs keep their ids."""
+    so in-memory runs keep their ids. "auto" (the commands' default; "on"/"off" are read as
+    True/False) is decided by ``core.planning.fit`` when the spec is resolved, so a resolved
+    config always holds True or False."""
 
     name: str = "smollm2-135m"
     device: str = "auto"
     dtype: str = "auto"
     trust_remote_code: bool = False
     revision: str | None = None
-    stream: bool = False
+    stream: bool | str = False
 
     def __post_init__(self) -> None:
         _check(bool(self.name.strip()), "model name is empty")
-        _check(isinstance(self.stream, bool), f"stream must be true or false, got {self.stream!r}")
+        stream = self.stream
+        if isinstance(stream, str):
+            stream = STREAM_MODES.get(stream, stream)
+        ok = stream is True or stream is False or stream == AUTO
+        _check(ok, f"stream must be auto, on or off, got {self.stream!r}")
+        object.__setattr__(self, "stream", stream)
 
 
 @dataclass(frozen=True)
@@ -108,8 +118,8 @@ class PruneConfig:
 
 @dataclass(frozen=True)
 class ZeroShotConfig:
-    """Zero-shot multiple-choice evaluation (core.evaluation.accuracy): which tasks, the first ``limit``
-    items of each (None: all), task files under data_dir/tasks (None: the hub)."""
+    """Zero-shot multiple-choice evaluation (core.evaluation.accuracy): which tasks, the first
+    ``limit`` items of each (None: all), task files under data_dir/tasks (None: the hub)."""
 
     tasks: tuple[str, ...] = (
         "piqa",
@@ -253,8 +263,10 @@ class RecoverConfig:
     def __post_init__(self) -> None:
         _check(bool(str(self.parent).strip()), "recovery needs the id of a stored run (--run)")
         _check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
-        _check(self.method in RECOVER_METHODS, f"recovery method must be one of "
-               f"{', '.join(RECOVER_METHODS)}, got {self.method!r}")  # fmt: skip
+        _check(
+            self.method in RECOVER_METHODS,
+            f"recovery method must be one of {', '.join(RECOVER_METHODS)}, got {self.method!r}",
+        )
         _check(self.rank >= 1, f"rank must be >= 1, got {self.rank}")
         _check(self.alpha > 0, f"LoRA alpha must be > 0, got {self.alpha}")
         _check(0 < self.lr < 1, f"learning rate must be in (0, 1), got {self.lr}")

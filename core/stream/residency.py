@@ -19,6 +19,7 @@ from accelerate import init_empty_weights
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from core.adapters import adapter_for
 from core.machine.process_memory import trim_heap
 from core.methods.slicegpt import SLICING_FILE, SliceSpec, apply_structure
 from core.models.offload import Offload
@@ -46,6 +47,19 @@ def skeleton(
         spec = SliceSpec.from_json(json.loads((folder / SLICING_FILE).read_text()))
         apply_structure(model, spec)
     return model.eval()
+
+
+def largest_unit_bytes(model: nn.Module) -> int:
+    """Bytes of the largest module a streamed walk holds at once: the input embeddings,
+    one decoder layer, or the LM head (the skeleton's dtype; a tied head counts as its own
+    unit, as it is read again for the head)."""
+    adapter = adapter_for(model)
+    units = [model.get_input_embeddings(), *adapter.layers, model.get_output_embeddings()]
+    return max(
+        sum(p.numel() * p.element_size() for p in unit.parameters())
+        for unit in units
+        if unit is not None
+    )
 
 
 def materialised(model: nn.Module) -> int:

@@ -6,6 +6,7 @@ can be made without ever holding it: for benchmarks and device checks of the str
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -43,11 +44,36 @@ def _unit(name: str) -> str:
     return "embed" if "embed" in name else "head"
 
 
+def _pack(
+    units: list[list[str]], shapes: dict[str, tuple], itemsize: int, shard_bytes: int | None
+) -> list[list[str]]:
+    """Tensor names per shard: one unit each (None), or units in order while they fit."""
+    if shard_bytes is None:
+        return units
+    shards: list[list[str]] = [[]]
+    size = 0
+    for names in units:
+        n = sum(math.prod(shapes[k]) for k in names) * itemsize
+        if shards[-1] and size + n > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].extend(names)
+        size += n
+    return shards
+
+
 def write_random_model(
-    folder: str | Path, config: LlamaConfig, dtype: torch.dtype = torch.float32, seed: int = 0
+    folder: str | Path,
+    config: LlamaConfig,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    shard_bytes: int | None = None,
 ) -> int:
     """Write a seeded random model (linears and embeddings N(0, 0.02²), norms 1) to
-    ``folder`` (replaced), one unit per shard. Returns the weight bytes."""
+    ``folder`` (replaced). shard_bytes None: one unit per shard; otherwise units are packed
+    in order into shards of at most ``shard_bytes`` (a larger unit alone), as
+    ``save_pretrained(max_shard_size=...)`` writes real models. At most one shard is held.
+    Returns the weight bytes."""
     folder = Path(folder)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -57,16 +83,17 @@ def write_random_model(
     units: dict[str, list[str]] = {}
     for name in shapes:
         units.setdefault(_unit(name), []).append(name)
+    shards = _pack(list(units.values()), shapes, dtype.itemsize, shard_bytes)
     gen = torch.Generator().manual_seed(seed)
     weight_map, total = {}, 0
-    for i, names in enumerate(units.values()):
+    for i, names in enumerate(shards):
         tensors = {}
         for n in names:
             if len(shapes[n]) == 1:
                 tensors[n] = torch.ones(shapes[n], dtype=dtype)
             else:
                 tensors[n] = (torch.randn(shapes[n], generator=gen) * 0.02).to(dtype)
-        file = f"model-{i + 1:05d}-of-{len(units):05d}.safetensors"
+        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         save_file(tensors, folder / file, metadata={"format": "pt"})
         total += sum(t.numel() * t.element_size() for t in tensors.values())
         weight_map.update(dict.fromkeys(names, file))

@@ -7,19 +7,27 @@ mapping keeps pages of the whole model resident. ``ShardWriter`` collects the te
 changed modules and writes a shard whenever ``shard_bytes`` are buffered; ``finish`` copies
 the tensors nobody changed straight from the source, writes the index and moves the folder
 into place, so a failed run leaves no half-written model behind.
+
+Both directions move bytes between files and tensors without a second copy: a read lands
+in the tensor's own memory (``read_tensors``), a shard is written from each tensor's memory
+(``write_shard``; ``safetensors.torch.save_file`` would first copy every tensor to a
+``bytes`` object), and a tensor kept from the source is copied file to file
+(``os.copy_file_range``) without ever becoming a tensor. A streamed run then holds at most
+the unit in use and the one being written, whatever the shard layout of its source.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from core.errors import ModelLoadError
 
@@ -72,7 +80,7 @@ class LazyWeights:
 
 
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U8": 1, "BOOL": 1}
-_TORCH_DTYPES = {
+_TORCH_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,
     "F32": torch.float32,
     "F16": torch.float16,
@@ -86,24 +94,34 @@ _TORCH_DTYPES = {
 }
 
 
+_ST_DTYPES = {v: k for k, v in _TORCH_DTYPES.items()}
+
+
+def read_header(path: str | Path) -> tuple[dict, int]:
+    """(the JSON header of a safetensors file, the offset its data starts at). The format:
+    an 8-byte little-endian header length, the JSON header (dtype, shape, data_offsets per
+    tensor), then the data."""
+    with open(path, "rb", buffering=0) as f:
+        n = int.from_bytes(f.read(8), "little")
+        return json.loads(f.read(n)), 8 + n
+
+
 def read_tensors(path: str | Path, keys: Iterable[str]) -> dict[str, torch.Tensor]:
     """Named tensors of one safetensors file read with plain file reads into fresh CPU
     tensors. A memory-mapped read (``safe_open``) would keep the file's pages resident
     beside the copy until the file is closed: twice a 32k-vocabulary embedding's bytes at
-    the peak. The format: an 8-byte little-endian header length, the JSON
-    header (dtype, shape, data_offsets per tensor), then the data."""
+    the peak."""
+    header, base = read_header(path)
     with open(path, "rb", buffering=0) as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
         out = {}
         for key in keys:
             info = header[key]
             start, end = info["data_offsets"]
             t = torch.empty(info["shape"], dtype=_TORCH_DTYPES[info["dtype"]])
-            buf = memoryview(t.reshape(-1).view(torch.uint8).numpy())
+            buf = _bytes_of(t)
             if len(buf) != end - start:
                 raise ModelLoadError(f"{path}: {key} has {end - start} bytes, expected {len(buf)}")
-            f.seek(8 + n + start)
+            f.seek(base + start)
             done = 0
             while done < len(buf):
                 got = f.readinto(buf[done:])
@@ -112,6 +130,86 @@ def read_tensors(path: str | Path, keys: Iterable[str]) -> dict[str, torch.Tenso
                 done += got
             out[key] = t
     return out
+
+
+def _bytes_of(t: torch.Tensor) -> memoryview:
+    """The memory of a contiguous CPU tensor as writable bytes (no copy)."""
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy()).cast("B")
+
+
+@dataclass(frozen=True)
+class Span:
+    """A tensor left where it is in a source file: copied file to file when written."""
+
+    path: Path
+    start: int  # absolute offset of its first byte in ``path``
+    nbytes: int
+    dtype: str  # safetensors' name (F32, BF16, ...)
+    shape: tuple[int, ...]
+
+
+def _write_all(dst, data) -> None:
+    """Write all of ``data`` to the raw file ``dst`` (one write(2) stops at ~2 GiB)."""
+    view, done = memoryview(data).cast("B"), 0
+    while done < len(view):
+        done += dst.write(view[done:])
+
+
+def _copy_range(src, dst, start: int, nbytes: int) -> None:
+    """Copy ``nbytes`` at ``start`` of the open file ``src`` to the end of the raw file
+    ``dst`` through the kernel (copy_file_range), or through an 8 MiB buffer where that is
+    not available (another filesystem, an older kernel)."""
+    done = 0
+    try:
+        while done < nbytes:
+            got = os.copy_file_range(src.fileno(), dst.fileno(), nbytes - done, start + done)
+            if got == 0:
+                break
+            done += got
+    except (AttributeError, OSError):
+        pass
+    src.seek(start + done)
+    while done < nbytes:
+        chunk = src.read(min(8 * 2**20, nbytes - done))
+        if not chunk:
+            raise ModelLoadError(f"{src.name} ends inside a tensor")
+        _write_all(dst, chunk)
+        done += len(chunk)
+
+
+def write_shard(path: str | Path, items: dict[str, torch.Tensor | Span]) -> int:
+    """Write a safetensors file from tensors (their own memory, no copy) and spans of
+    source files (copied file to file). The header is padded to 8 bytes, as safetensors
+    writes it. Returns the data bytes."""
+    header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for key, item in items.items():
+        if isinstance(item, Span):
+            dtype, shape, nbytes = item.dtype, list(item.shape), item.nbytes
+        else:
+            dtype, shape = _ST_DTYPES[item.dtype], list(item.shape)
+            nbytes = item.numel() * item.element_size()
+        header[key] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    sources: dict[Path, object] = {}
+    try:
+        with open(path, "wb", buffering=0) as f:
+            _write_all(f, len(raw).to_bytes(8, "little") + raw)
+            for item in items.values():
+                if isinstance(item, Span):
+                    if item.path not in sources:
+                        sources[item.path] = open(item.path, "rb")  # noqa: SIM115
+                    _copy_range(sources[item.path], f, item.start, item.nbytes)
+                else:
+                    t = item.detach().to("cpu").contiguous()
+                    if t.numel():
+                        _write_all(f, _bytes_of(t))
+    finally:
+        for fh in sources.values():
+            fh.close()
+    return offset
 
 
 def tensor_bytes(path: str | Path) -> int:
@@ -139,7 +237,7 @@ class ShardWriter:
             shutil.rmtree(self.tmp)
         self.tmp.mkdir()
         self.shard_bytes = shard_bytes
-        self.buffer: dict[str, torch.Tensor] = {}
+        self.buffer: dict[str, torch.Tensor | Span] = {}
         self.buffered = 0
         self.files: dict[str, str] = {}
         self.handled: set[str] = set()  # module names whose tensors are all written
@@ -169,10 +267,10 @@ class ShardWriter:
             return
         self.n_shards += 1
         file = f"model-{self.n_shards:05d}.safetensors"
-        save_file(self.buffer, self.tmp / file, metadata={"format": "pt"})
-        self.files.update(dict.fromkeys(self.buffer, file))
-        self.total += self.buffered
-        self.buffer, self.buffered = {}, 0
+        buffer, self.buffer = self.buffer, {}
+        self.total += write_shard(self.tmp / file, buffer)
+        self.files.update(dict.fromkeys(buffer, file))
+        self.buffered = 0
 
     def finish(
         self, source: LazyWeights | None, fill: Callable[[Path], None] | None = None
@@ -196,8 +294,8 @@ class ShardWriter:
         return self.folder
 
     def _copy_unreplaced(self, source: LazyWeights) -> None:
-        """Source files none of whose tensors were replaced are copied whole (no tensor
-        passes through memory); the others' unreplaced tensors one at a time."""
+        """Source files none of whose tensors were replaced are copied whole; the others'
+        unreplaced tensors are copied as byte ranges. No tensor passes through memory."""
         by_file: dict[str, list[str]] = defaultdict(list)
         for key, file in source.files.items():
             by_file[file].append(key)
@@ -211,10 +309,18 @@ class ShardWriter:
                 self.files.update(dict.fromkeys(keys, name))
                 self.total += tensor_bytes(source.folder / file)
                 continue
+            if not kept:
+                continue
+            header, base = read_header(source.folder / file)
             for key in kept:
-                t = source.read([key])[key]
-                self.buffer[key] = t
-                self.buffered += t.numel() * t.element_size()
+                info = header[key]
+                start, end = info["data_offsets"]
+                span = Span(
+                    source.folder / file, base + start, end - start, info["dtype"],
+                    tuple(info["shape"]),
+                )  # fmt: skip
+                self.buffer[key] = span
+                self.buffered += span.nbytes
                 if self.buffered >= self.shard_bytes:
                     self.flush()
 
