@@ -121,9 +121,9 @@ def _zeroshot_after(cfg: RunConfig, lm: LoadedModel, before, writer: RunWriter, 
     return out
 
 
-def _train(p: dict[str, Any], cfg: RunConfig, rc: RecoverConfig, store: RunStore, progress):
+def _train(src: RunConfig, cfg: RunConfig, rc: RecoverConfig, store: RunStore, progress):
     """Load the parent's model, fine-tune it, return the model and what the run measured."""
-    src, parent_id = p["src"], rc.parent
+    parent_id = rc.parent
     lm, how = model_of_run(src, store, parent_id, progress)
     device = torch.device(cfg.model.device)
     windows, data_info = get_eval_windows(lm, cfg.eval)
@@ -176,9 +176,7 @@ def execute_recover(
         progress = tee(writer.progress, on_progress)
         writer.write_env(environment_record(cfg.model.device))
         report(progress, "load", 0, 1, f"loading run {rc.parent}'s model")
-        lm, windows, rows, before_zs, checkpoint, own = _train(
-            {"src": src}, cfg, rc, store, progress
-        )
+        lm, windows, rows, before_zs, checkpoint, own = _train(src, cfg, rc, store, progress)
         writer.write_table(T_RECOVERY, rows)
         device = torch.device(cfg.model.device)
         res = evaluate_perplexity(lm.model, windows, cfg.eval.batch_size, device, progress)
