@@ -7,10 +7,25 @@ from __future__ import annotations
 
 from core.errors import ConfigError
 
-# ---- pruning methods, in the order forms and flags list them ---------------------------------------
-# ``core.methods`` registers the classes; a test checks that its ``available_methods()`` gives
-# exactly these names in this order.
-METHOD_NAMES: tuple[str, ...] = ("magnitude", "wanda", "sparsegpt", "slicegpt", "attention-gd")
+# ---- pruning methods: the registry -------------------------------------------------------------
+# name -> the module that defines the method and registers it (``core.methods.register``), in
+# the order forms and flags list them. A new method is its module and its line here: forms
+# and flags read the names from here without importing any method; ``core.methods`` imports
+# the modules when a method is first asked for.
+METHODS: dict[str, str] = {
+    "magnitude": "core.methods.magnitude",
+    "wanda": "core.methods.wanda",
+    "sparsegpt": "core.methods.sparsegpt",
+    "slicegpt": "core.methods.slicegpt",
+    "attention-gd": "core.methods.attention_gd",
+}
+
+
+def method_names() -> tuple[str, ...]:
+    """The registered methods' names, in the registry's order (read at every call, so a
+    method registered later is listed too)."""
+    return tuple(METHODS)
+
 
 # ---- what a user picks: patterns, linear targets, datasets, measures, mask scopes -------------------
 PATTERNS = ("unstructured", "2:4", "4:8")
@@ -51,6 +66,23 @@ def resolve_roles(targets: str) -> tuple[str, ...]:
             f"or a comma list of {list(ROLES)}"
         )
     return tuple(r for r in ROLES if r in roles)
+
+
+def family_roles(targets: str, have: tuple[str, ...], family: str) -> tuple[str, ...]:
+    """The roles ``targets`` names that a family whose layers have the roles ``have`` can
+    prune: a named group keeps those present (OPT's "mlp" is up, down); an explicit role it
+    lacks, or a group of which it has none, is an error. The one rule of roles per family."""
+    roles = resolve_roles(targets)
+    missing = [r for r in roles if r not in have]
+    if missing and targets not in ROLE_GROUPS:
+        raise ConfigError(
+            f"{family} models have no {'/'.join(missing)} projection; their roles are "
+            f"{', '.join(have)}"
+        )
+    present = tuple(r for r in roles if r in have)
+    if not present:
+        raise ConfigError(f"{family} models have none of the roles {targets!r} names")
+    return present
 
 
 # ---- run kinds (RunConfig.kind) -------------------------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 from core.cli.main import build_parser, field_values
 from core.errors import ConfigError
 from core.methods import available_methods
-from core.names import METHOD_NAMES
+from core.names import method_names
 from core.settings import commands as fields
 from core.settings import request as requests
 from core.store.run_store import RunStore
@@ -193,4 +193,4 @@ def test_config_and_field_modules_import_without_torch() -> None:
 
 
 def test_method_names_are_the_registry_s() -> None:
-    assert tuple(available_methods()) == METHOD_NAMES
+    assert tuple(available_methods()) == method_names()

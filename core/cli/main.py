@@ -32,7 +32,7 @@ from core.families import family_support, method_patterns
 from core.methods import available_methods, get_method
 from core.names import GRID_SWEEP
 from core.runs import RunOptions, effdim_report, execute
-from core.settings.commands import CHOICE, COMMANDS, FLAG, FLOAT, INT, LIST, Field
+from core.settings.commands import CHOICE, COMMANDS, FLAG, FLOAT, INT, LIST, Field, command_fields
 from core.settings.config import RunConfig
 from core.settings.request import (
     plan_request,
@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
         "matrix GD), measure perplexity, and keep every run in a local results store.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command, fields in COMMANDS.items():
+    for command in COMMANDS:
+        fields = command_fields(command)
         p = sub.add_parser(command, help=HELP[command])
         groups: dict[str, argparse._ArgumentGroup] = {}
         for f in fields:

@@ -1,7 +1,8 @@
 """Registry of pruning methods: name -> Method subclass.
 
-Each method lives in its own module and registers itself with ``@register``; the CLI and
-the app only ever go through ``get_method`` / ``available_methods``.
+Each method lives in its own module, named by its line in ``core.names.METHODS``, and
+registers itself with ``@register``; the CLI and the app only ever go through
+``get_method`` / ``available_methods`` / ``make_method``.
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ from typing import Any
 
 from core.errors import ConfigError
 from core.methods.base import LayerContext, LinearReport, LinearStats, Method
+from core.names import METHODS
 
 _REGISTRY: dict[str, type[Method]] = {}
-# Modules imported on first use so that importing core stays cheap.
-_MODULES = ("magnitude", "wanda", "sparsegpt", "slicegpt", "attention_gd")
 
 
 def register(cls: type[Method]) -> type[Method]:
@@ -25,17 +25,19 @@ def register(cls: type[Method]) -> type[Method]:
 
 
 def _load_all() -> None:
-    for mod in _MODULES:
-        try:
-            importlib.import_module(f"core.methods.{mod}")
-        except ModuleNotFoundError as exc:  # a method module not written yet
-            if exc.name != f"core.methods.{mod}":
-                raise
+    """Import every registered method's module (on first use, so importing core stays
+    cheap); a module that does not register the name its line gives is an error."""
+    for name, module in list(METHODS.items()):
+        if name not in _REGISTRY:
+            importlib.import_module(module)
+        if name not in _REGISTRY:
+            raise ConfigError(f"{module} does not register a method named {name!r}")
 
 
 def available_methods() -> list[str]:
+    """The methods' names, in the registry's order (``core.names.METHODS``)."""
     _load_all()
-    return [m for m in _MODULES if m in _REGISTRY] + sorted(set(_REGISTRY) - set(_MODULES))
+    return list(METHODS)
 
 
 def get_method(name: str) -> type[Method]:
@@ -48,9 +50,12 @@ def get_method(name: str) -> type[Method]:
 
 
 def make_method(name: str, options: Any = ()) -> Method:
-    """An instance of method ``name`` with its options (pairs or a dict) validated by its
-    options class: the one place methods are constructed."""
+    """An instance of method ``name`` with its options: its options dataclass itself (typed
+    at the edge, ``core.settings.method_options.typed_options``), or pairs / a dict of
+    values (a stored config's), validated by its options class."""
     cls = get_method(name)
+    if isinstance(options, cls.options_cls):
+        return cls(options)
     try:
         return cls(cls.options_cls(**dict(options)))
     except TypeError as exc:

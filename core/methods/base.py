@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from core.methods.work import LayerWork, MissingCostTerms, WorkShape
+
 
 @dataclass
 class LinearStats:
@@ -148,8 +150,19 @@ class Method:
     # the kept weights too (SparseGPT's update), or may.
     updates_weights: ClassVar[bool] = True
 
+    # Its cost, for the duration estimate (core.planning.cost): calibration passes through
+    # every layer (statistics, then the changed layer's outputs for the next one), and the
+    # share of its phase the counted work misses, measured (core.planning.speed refits it).
+    calib_passes: ClassVar[float] = 2.0
+    cost_overhead: ClassVar[float] = 1.0
+
     def __init__(self, options: Any) -> None:
         self.options = options
+
+    def layer_work(self, shape: WorkShape) -> LayerWork:
+        """The method's own work on one decoder layer of the model ``shape`` describes, for
+        the duration estimate. Every method declares it; none is assumed for it."""
+        raise MissingCostTerms(f"method {self.name!r} declares no cost terms (layer_work)")
 
     def apply(self, model: Any, calib: torch.Tensor, plan: ApplyPlan) -> Any:
         """Prune ``model`` (a LoadedModel) in place on calibration tokens ``calib`` (N, L).

@@ -18,12 +18,13 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from core.methods.base import LayerContext, LinearReport, LinearStats, Method
+from core.methods.base import SAMPLE_ROWS, LayerContext, LinearReport, LinearStats, Method
+from core.methods.work import LayerWork, MissingCostTerms, WorkShape
 from core.names import SCOPES
 from core.pruning.masks import check_sparsity, scope_dim, score_mask
 from core.settings.field import option
@@ -80,7 +81,28 @@ class PrunedWeight:
 
 
 class LinearwiseMethod(Method):
-    """Base of methods whose layer step is: prune every linear independently."""
+    """Base of methods whose layer step is: prune every linear independently.
+
+    Cost terms: a subclass states its products on one linear (``linear_products``) and
+    whether it loops over input columns (``loops_columns``); ``layer_work`` sums them over
+    the targeted linears, counting a shared input's statistics once."""
+
+    loops_columns: ClassVar[bool] = False  # a Python loop over every input column
+
+    def linear_products(self, out: int, inp: int, tokens: int, shared: bool) -> float:
+        """FLOPs of the method's products on one (out, in) linear from ``tokens`` calibration
+        tokens; ``shared``: its input statistics are already counted (q/k/v, gate/up)."""
+        raise MissingCostTerms(f"method {self.name!r} declares no cost terms (linear_products)")
+
+    def layer_work(self, shape: WorkShape) -> LayerWork:
+        products, seen = 0.0, set()
+        for role in shape.roles:
+            out, inp = shape.linears[role]
+            shared = shape.shares_input(role, seen)
+            products += self.linear_products(out, inp, shape.tokens, shared)
+        edited = [shape.linears[role] for role in shape.roles]
+        columns = sum(i for _, i in edited) if self.loops_columns else 0
+        return LayerWork(products, sum(o * i for o, i in edited), columns)
 
     def prune_weight(self, job: WeightJob) -> PrunedWeight:
         """Prune one weight matrix (see ``WeightJob`` for what the method may assume)."""
@@ -170,6 +192,12 @@ class ScoreMethod(LinearwiseMethod):
     def scores(self, W: torch.Tensor, stats: LinearStats | None) -> torch.Tensor:
         """Importance of every weight, (out, in) like W: the lowest are pruned."""
         raise NotImplementedError
+
+    def linear_products(self, out: int, inp: int, tokens: int, shared: bool) -> float:
+        """A score per weight and its sort (~10·out·in), plus the Gram of the token sample
+        the reconstruction error is measured on (``SAMPLE_ROWS`` rows at most)."""
+        gram = 0.0 if shared else 2.0 * min(tokens, SAMPLE_ROWS) * inp**2
+        return gram + 10.0 * out * inp
 
     def prune_weight(self, job: WeightJob) -> PrunedWeight:
         mask = score_mask(self.scores(job.W, job.stats), job.sparsity, self.options.scope, job.nm)

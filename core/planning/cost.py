@@ -7,19 +7,19 @@ are listed there.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 
-from core.adapters import resolve_roles
 from core.analysis.effdim import windows_needed
 from core.data import C4_EVAL_WINDOWS
-from core.methods.attention_gd.options import CHECK_HESSIAN_AT, AttentionGDOptions
-from core.methods.base import SAMPLE_ROWS
+from core.methods import make_method
+from core.methods.base import Method
+from core.methods.work import LayerWork, WorkShape
 from core.models.geometry import Geometry
 from core.models.load import TINY_MODELS, model_config
-from core.names import PRUNE
+from core.names import PRUNE, ROLES, family_roles
 from core.settings.config import CalibConfig, ModelSpec, RunConfig, zeroshot_from
 
 # Corpus sizes in tokens of a ~50k-vocabulary BPE tokenizer (the byte tokenizer of the
@@ -70,11 +70,12 @@ class Shape:
     tiny: bool  # byte tokenizer: more tokens per corpus
 
     def linears(self) -> dict[str, tuple[int, int]]:
-        """role -> (out, in) of one decoder layer's linears."""
+        """role -> (out, in) of one decoder layer's linears, those its family has (OPT's
+        MLP has no gate)."""
         g = self.geo
         attn, kv = g.n_heads * g.head_dim, g.n_kv_heads * g.head_dim
         d, ff = g.hidden_size, g.intermediate_size
-        return {
+        shapes = {
             "q": (attn, d),
             "k": (kv, d),
             "v": (kv, d),
@@ -83,6 +84,7 @@ class Shape:
             "up": (ff, d),
             "down": (d, ff),
         }
+        return {role: shapes[role] for role in ROLES if role in g.traits.roles}
 
     @property
     def layer_params(self) -> int:
@@ -153,81 +155,39 @@ def zeroshot_flops(extra_zs, shape: Shape) -> float:
     return tokens * shape.forward_flops(128)
 
 
-def _linear_flops(method: str, out: int, inp: int, tokens: int, shared: bool) -> float:
-    """One linear's method work; ``shared``: its input Gram is already counted (q/k/v,
-    gate/up read the same input)."""
-    if method == "sparsegpt":
-        gram = 0.0 if shared else 2.0 * tokens * inp**2
-        return gram + float(inp) ** 3 + 2.0 * out * inp**2
-    gram = 0.0 if shared else 2.0 * min(tokens, SAMPLE_ROWS) * inp**2
-    return gram + 10.0 * out * inp
-
-
-def _gd_flops(cfg: RunConfig, shape: Shape, opts: dict) -> float:
-    """Attention-GD's descent on one layer's q/k masks (forward + backward ≈ 3 forwards)."""
-    o = {**asdict(AttentionGDOptions()), **opts}
+def work_shape(cfg: RunConfig, shape: Shape) -> WorkShape:
+    """What a method's cost terms are computed from: one layer's linears, the targeted roles
+    the family has, the calibration size."""
     g = shape.geo
-    n_seq, L = min(cfg.calib.nsamples, o["max_seq"]), min(cfg.calib.seqlen, o["max_len"])
-    T, d = n_seq * L, g.hidden_size
-    proj = 2.0 * T * d * (g.n_heads + g.n_kv_heads) * g.head_dim
-    scores = 2.0 * n_seq * L * L * g.n_heads * g.head_dim + 5.0 * n_seq * L * L * g.n_heads
-    # evaluations: the descent and its curvature probe; the checks (diagnostics.
-    # check_assumptions) cost a long run + 2·points + 5·power_iters more
-    passes = o["steps"] + o["power_iters"]
-    # the checks judge every GQA group ("full"), one group per layer ("sample") or none
-    judged = {"full": 1.0, "sample": 1.0 / g.n_kv_heads}.get(o["checks"], 0.0)
-    check = max(o["steps"], 10) + 2 * o["check_points"] + CHECK_HESSIAN_AT * o["power_iters"]
-    return 3.0 * (passes + judged * check) * (proj + scores)
+    roles = family_roles(cfg.prune.targets, g.traits.roles, g.family)
+    return WorkShape(g, shape.linears(), roles, cfg.calib.nsamples, cfg.calib.seqlen)
 
 
-def _targeted(cfg: RunConfig, shape: Shape) -> tuple[str, list[tuple[int, int]]]:
-    """The layer-wise method that edits weights and the (out, in) of the linears it edits in
-    one layer (attention-GD's q/k are its descent's, counted in ``_gd_flops``)."""
-    p, linears = cfg.prune, shape.linears()
-    if p.method == "slicegpt":
-        return p.method, []
-    if p.method == "attention-gd":
-        others = dict(p.options).get("others", "none")
-        roles = [] if others == "none" else [r for r in linears if r not in ("q", "k")]
-        return others, [linears[r] for r in roles]
-    return p.method, [linears[r] for r in resolve_roles(p.targets)]
+def method_of(cfg: RunConfig, method: Method | None = None) -> Method:
+    """The run's method with its options (``method`` when the plan already built it)."""
+    return method if method is not None else make_method(cfg.prune.method, cfg.prune.options)
 
 
-def loop_flops(cfg: RunConfig, shape: Shape) -> float:
+def layer_work(cfg: RunConfig, shape: Shape, method: Method | None = None) -> LayerWork:
+    """The method's own work on one decoder layer, as the method declares it
+    (``Method.layer_work``; a method without cost terms raises MissingCostTerms)."""
+    return method_of(cfg, method).layer_work(work_shape(cfg, shape))
+
+
+def loop_flops(cfg: RunConfig, shape: Shape, method: Method | None = None) -> float:
     """A method's work that does not shrink with its calibration tokens, in FLOP-equivalents
-    (``SELECT_FLOPS_PER_WEIGHT``, ``COLUMN_FLOPS``): choosing every edited weight, and
-    SparseGPT's loop over every edited input column. All layers."""
-    method, edited = _targeted(cfg, shape)
-    per_layer = SELECT_FLOPS_PER_WEIGHT * sum(o * i for o, i in edited)
-    if method == "sparsegpt":
-        per_layer += COLUMN_FLOPS * sum(i for _, i in edited)
+    (``SELECT_FLOPS_PER_WEIGHT``, ``COLUMN_FLOPS``): choosing every edited weight, and a
+    Python loop over every edited input column (SparseGPT's). All layers."""
+    work = layer_work(cfg, shape, method)
+    per_layer = SELECT_FLOPS_PER_WEIGHT * work.weights_chosen
+    if work.columns_looped:
+        per_layer += COLUMN_FLOPS * work.columns_looped
     return shape.geo.n_layers * per_layer
 
 
-def method_flops(cfg: RunConfig, shape: Shape) -> float:
+def method_flops(cfg: RunConfig, shape: Shape, method: Method | None = None) -> float:
     """The pruning method's own products, all layers (calibration forwards excluded)."""
-    p, g = cfg.prune, shape.geo
-    tokens = cfg.calib.nsamples * cfg.calib.seqlen
-    opts = dict(p.options)
-    if p.method == "slicegpt":
-        d = g.hidden_size
-        per_layer = 2 * (2.0 * tokens * d * d + 9.0 * d**3)
-        per_layer += sum(2.0 * o * i * d for o, i in shape.linears().values())
-        return g.n_layers * per_layer
-    linears = shape.linears()
-    roles = list(resolve_roles(p.targets))
-    per_layer, method = 0.0, p.method
-    if p.method == "attention-gd":
-        per_layer += _gd_flops(cfg, shape, opts)
-        method = opts.get("others", "none")
-        roles = [] if method == "none" else [r for r in linears if r not in ("q", "k")]
-    seen: set[int] = set()
-    for role in roles:
-        out, inp = linears[role]
-        group = {"q": 0, "k": 0, "v": 0, "gate": 1, "up": 1}.get(role, hash(role))
-        per_layer += _linear_flops(method, out, inp, tokens, group in seen)
-        seen.add(group)
-    return g.n_layers * per_layer
+    return shape.geo.n_layers * layer_work(cfg, shape, method).products
 
 
 def calib_flops(calib: CalibConfig, shape: Shape, passes: float = 2.0) -> float:
@@ -264,7 +224,10 @@ def latency_flops(cfg: RunConfig, shape: Shape) -> float:
 
 def probe_flops(cfg: RunConfig, shape: Shape) -> float:
     """Dense attention references when W_Q or W_K is pruned (core.runs.prune._probes)."""
-    if cfg.kind != PRUNE or not {"q", "k"} & set(resolve_roles(cfg.prune.targets)):
+    g = shape.geo
+    if cfg.kind != PRUNE or not {"q", "k"} & set(
+        family_roles(cfg.prune.targets, g.traits.roles, g.family)
+    ):
         return 0.0
     tokens = PROBE_WINDOWS * (cfg.calib.seqlen + cfg.eval.seqlen)
     return tokens * shape.forward_flops(cfg.eval.seqlen)
@@ -281,9 +244,10 @@ def changed_model_flops(cfg: RunConfig, shape: Shape) -> float:
     return extras + dense_flops(cfg, shape) + zeroshot
 
 
-def prune_phase_flops(cfg: RunConfig, shape: Shape) -> float:
-    """Calibration passes plus the method's work (products and loops): what a run's
-    prune_seconds measures."""
-    passes = 3.0 if cfg.prune.allocation == "owl" or cfg.prune.method == "attention-gd" else 2.0
-    work = calib_flops(cfg.calib, shape, passes) + method_flops(cfg, shape)
-    return work + loop_flops(cfg, shape)
+def prune_phase_flops(cfg: RunConfig, shape: Shape, method: Method | None = None) -> float:
+    """Calibration passes (the method's, or OWL's extra pass to measure outliers) plus the
+    method's work (products and loops): what a run's prune_seconds measures."""
+    method = method_of(cfg, method)
+    passes = max(3.0 if cfg.prune.allocation == "owl" else 2.0, method.calib_passes)
+    work = calib_flops(cfg.calib, shape, passes) + method_flops(cfg, shape, method)
+    return work + loop_flops(cfg, shape, method)

@@ -39,6 +39,7 @@ from functools import lru_cache
 import torch
 
 from core.errors import PruneScopeError
+from core.methods import get_method
 from core.names import EVAL, PRUNE, SLICE
 from core.planning.cost import (
     Shape,
@@ -61,10 +62,6 @@ CPU_EFFICIENCY = 0.5
 CPU_BENCH_REPEATS = 9
 # Reading the float32 weights (smollm2-135m's 538 MB: 3.7 s; 1.5-4.4 s on the quiet demo set).
 LOAD_BYTES_PER_S = 1.5e8
-# Methods whose phase the cost model undercounts by a share that does not depend on size,
-# measured on the quiet demo set (slicegpt 1.6, attention-gd 1.3 at 8 x 128 tokens); the
-# others are fully counted (1.0).
-METHOD_OVERHEAD = {"slicegpt": 1.5, "attention-gd": 1.3}
 FACTOR_BOUNDS = (0.5, 2.0)
 
 
@@ -78,7 +75,11 @@ class Speed:
     n_runs: int = 0  # stored runs it was measured from (0: the defaults)
 
     def factor(self, method: str) -> float:
-        return self.overhead.get(method, METHOD_OVERHEAD.get(method, 1.0))
+        """The method's factor measured on stored runs, else the share of its phase its
+        cost terms miss as it declares it (``Method.cost_overhead``)."""
+        if method in self.overhead:
+            return self.overhead[method]
+        return get_method(method).cost_overhead
 
     @property
     def source(self) -> str:

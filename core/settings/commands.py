@@ -16,7 +16,7 @@ from typing import Any
 from core.errors import ConfigError
 from core.evaluation.tasks import TASK_NAMES
 from core.models.catalog import available_models
-from core.names import DATASETS, FULL, MEASURES, METHOD_NAMES, PATTERNS, TARGETS
+from core.names import DATASETS, FULL, MEASURES, PATTERNS, TARGETS, method_names
 from core.settings.field import CHOICE, FLAG, FLOAT, INT, LIST, MULTI, TEXT, Field
 from core.settings.recovery import RECOVER_CALIB, RECOVER_FIELDS
 from core.settings.sweep_axes import SWEEP_CALIB, SWEEP_GRID, method_list, sweep_reference
@@ -180,10 +180,10 @@ PRUNE = _group(
     Field(
         "method",
         "Method",
-        "magnitude, wanda, sparsegpt, slicegpt, attention-gd",
+        "one of the registered methods",  # with their names: command_fields
         "wanda",
         TEXT,
-        METHOD_NAMES,
+        method_names(),
     ),
     Field(
         "sparsity",
@@ -358,11 +358,24 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# Commands whose "method" field picks registered pruning methods (core.names.METHODS).
+METHOD_COMMANDS = ("prune", "sweep")
+
+
+def _registered(f: Field) -> Field:
+    """A method field offering the registry's methods as they are now, so a method
+    registered after this table was built is a choice too."""
+    names = method_names()
+    return dataclasses.replace(f, choices=names, help=f"{f.help} ({', '.join(names)})")
+
+
 def command_fields(command: str) -> tuple[Field, ...]:
     """The fields of a command (ConfigError for a command that has none)."""
     if command not in COMMANDS:
         raise ConfigError(f"no {command!r} command (has: {', '.join(COMMANDS)})")
-    return COMMANDS[command]
+    if command not in METHOD_COMMANDS:
+        return COMMANDS[command]
+    return tuple(_registered(f) if f.name == "method" else f for f in COMMANDS[command])
 
 
 def defaults(command: str, preset: str = "reference") -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 from core.errors import ConfigError
@@ -49,6 +50,68 @@ def option_fields(method: str) -> tuple[Field, ...]:
         group = EXPERT if w.expert else ""
         out.append(Field(f.name, w.label, w.help, f.default, kind, choices, span, group))
     return tuple(out)
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _parse(method: str, f: Field, text: str) -> Any:
+    """One option's CLI text as its field's type ('20' for an int, '1e-3' for a float,
+    'false' for a flag, 'none' for an option that may be empty)."""
+    word = text.strip().lower()
+    if word in ("none", "null", "") and f.default is None:
+        return None
+    try:
+        if f.kind == INT:
+            return int(text)
+        if f.kind == FLOAT:
+            return float(text)
+    except ValueError:
+        raise ConfigError(
+            f"option {f.name} of {method} takes a{'n integer' if f.kind == INT else ' number'}, "
+            f"got {text!r}"
+        ) from None
+    if f.kind == FLAG:
+        if word not in _TRUE + _FALSE:
+            raise ConfigError(f"option {f.name} of {method} is true or false, got {text!r}")
+        return word in _TRUE
+    return text
+
+
+def typed_options(method: str, given: Any = ()) -> Any:
+    """The options dataclass of ``method`` (``Method.options_cls``), built once at the edge
+    from what a user gave: the dataclass itself (an app form), a mapping of values, or the
+    CLI's ``KEY=VALUE`` texts, each parsed by its option's kind (not guessed from the text,
+    so ``lam=1`` and the form's 1.0 are the same value and the same run id). An unknown key
+    or a value of the wrong kind is one ConfigError naming the method's options; the
+    dataclass checks the values."""
+    cls = get_method(method).options_cls
+    if isinstance(given, cls):
+        return given
+    fields = {f.name: f for f in option_fields(method)}
+    values: dict[str, Any] = {}
+    if isinstance(given, Mapping):
+        values = {str(k).replace("-", "_"): v for k, v in given.items()}
+    else:
+        for pair in given or ():
+            key, sep, text = str(pair).partition("=")
+            key = key.strip().replace("-", "_")
+            if not sep or not key:
+                raise ConfigError(f"--option expects KEY=VALUE, got {pair!r}")
+            if key in fields:
+                values[key] = _parse(method, fields[key], text)
+            else:
+                values[key] = text
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"{method} has no option {', '.join(unknown)}; its options: "
+            f"{', '.join(fields) or 'none'}"
+        )
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise ConfigError(f"bad options for {method}: {exc}") from exc
 
 
 def option_pairs(method: str, values: dict[str, Any], prefix: str = "") -> list[str]:

@@ -7,6 +7,7 @@ so CLI, app and background jobs validate the same way and get the same run id.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,8 +36,10 @@ from core.settings.config import (
     RecoverConfig,
     RunConfig,
     ZeroShotConfig,
+    options_tuple,
 )
 from core.settings.field import FLOAT, INT, LIST, MULTI, Field, method_list
+from core.settings.method_options import typed_options
 from core.store.run_store import RunStore
 from core.sweeps.grid import GridSpec
 
@@ -56,6 +59,8 @@ def typed_value(field: Field, value: Any) -> Any:
             raise ConfigError(
                 f"argument {field.flag}: invalid {cast.__name__} value: {value!r}"
             ) from None
+    if field.kind == LIST and dataclasses.is_dataclass(value):  # a form's typed options
+        return value
     if field.kind == LIST:
         return [value] if isinstance(value, str) else list(value)
     if field.kind == MULTI and not isinstance(value, str):  # a multiselect's list
@@ -164,7 +169,7 @@ def prune_config(v: Mapping[str, Any]) -> PruneConfig:
         v["allocation"],
         v["owl_lambda"],
         v["owl_m"],
-        parse_options(v["option"]),
+        options_tuple(typed_options(v["method"], v["option"])),
     )
 
 
@@ -266,7 +271,8 @@ def plan_request(
         parts = (model_spec(v), prune_config(v), calib_config(v), eval_config(v))
         return plan_prune(*parts, zeroshot_config(v), v["measure"])
     if command == "slice":
-        prune = PruneConfig("slicegpt", v["sparsity"], options=parse_options(v["option"]))
+        options = options_tuple(typed_options("slicegpt", v["option"]))
+        prune = PruneConfig("slicegpt", v["sparsity"], options=options)
         parts = (model_spec(v), prune, calib_config(v), eval_config(v))
         return plan_slice(*parts, zeroshot_config(v), v["measure"])
     if command == RELATION_SWEEP:  # the sweep command's fields, planned as the relation sweep

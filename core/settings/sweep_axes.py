@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.names import METHOD_NAMES, PATTERNS
+from core.names import PATTERNS, method_names
 from core.settings.field import MULTI, SEED_MENU, SPARSITY_MENU, Field, method_list
 
 SWEEP_GRID = (
@@ -16,7 +16,7 @@ SWEEP_GRID = (
         "the representation-dimension sweep with Paper A's relation",
         "slicegpt",
         MULTI,
-        METHOD_NAMES,
+        method_names(),
     ),
     Field(
         "sparsities",

@@ -21,6 +21,7 @@ from core.errors import ConfigError, ModelLoadError
 from core.evaluation.attention_ops import rope_tables
 from core.methods import get_method, register
 from core.methods.attention_gd.bound import lipschitz_upper_bound, spectral_norms
+from core.methods.attention_gd.cost_terms import descent_flops
 from core.methods.attention_gd.diagnostics import check_assumptions
 from core.methods.attention_gd.objective import HeadExtras, to_heads, to_linear
 from core.methods.attention_gd.optimiser import (
@@ -38,6 +39,7 @@ from core.methods.attention_gd.options import (
 from core.methods.base import LayerContext, LinearReport, Method
 from core.methods.linear import relative_reconstruction_error
 from core.methods.wanda import wanda_scores
+from core.methods.work import LayerWork, WorkShape
 from core.pruning.masks import check_sparsity, scope_dim, score_mask, topk_prune_mask
 
 log = logging.getLogger(__name__)
@@ -108,6 +110,20 @@ class AttentionGD(Method):
     needs_gram = True  # rel_error of q/k, and Wanda/SparseGPT for ``others``
     needs_inputs = frozenset({"q"})
     supports_patterns = ("unstructured",)
+    calib_passes = 3.0  # the runner keeps q_proj's raw inputs: one more pass
+    cost_overhead = 1.3  # the share of its phase the counted descent misses, measured
+
+    def layer_work(self, shape: WorkShape) -> LayerWork:
+        """The q/k mask descent (``descent_flops``); V, O and the MLP by ``others``, whose
+        own terms count them (every linear of the family but q and k)."""
+        opts = self.options
+        gd = descent_flops(opts, shape.geo, shape.nsamples, shape.seqlen)
+        if opts.others == "none":
+            return LayerWork(gd)
+        cls = get_method(opts.others)
+        rest = tuple(r for r in shape.linears if r not in ("q", "k"))
+        work = cls(cls.options_cls()).layer_work(replace(shape, roles=rest))
+        return replace(work, products=gd + work.products)
 
     def refusal(self, geometry: Any, calib_seqlen: int | None = None) -> str | None:
         """The objective is softmax(causal, scale·q̂k̂ᵀ) with q̂, k̂ after the biases, the

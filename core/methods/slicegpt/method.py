@@ -11,6 +11,7 @@ from core.methods import register
 from core.methods.base import ApplyPlan, Method
 from core.methods.slicegpt.modules import family_refusal
 from core.methods.slicegpt.procedure import SliceOptions, SliceReport, slice_model
+from core.methods.work import LayerWork, WorkShape
 from core.progress import ProgressFn
 
 
@@ -25,6 +26,15 @@ class SliceGPT(Method):
     needs_gram = False
     supports_patterns = ("unstructured",)
     options: SliceOptions
+    cost_overhead = 1.5  # the share of its phase the counted products miss, measured
+
+    def layer_work(self, shape: WorkShape) -> LayerWork:
+        """Per layer: two PCA covariances 2·tokens·d² and eigendecompositions ~9·d³ (its
+        two residual boundaries), and the rotation of every linear, 2·out·in·d."""
+        d = shape.geo.hidden_size
+        products = 2 * (2.0 * shape.tokens * d * d + 9.0 * d**3)
+        products += sum(2.0 * o * i * d for o, i in shape.linears.values())
+        return LayerWork(products)
 
     def refusal(self, geometry: Any, calib_seqlen: int | None = None) -> str | None:
         """Families whose residual stream cannot be rotated (``family_refusal``)."""
