@@ -27,7 +27,7 @@ def method_names() -> tuple[str, ...]:
     return tuple(METHODS)
 
 
-# ---- what a user picks: patterns, linear targets, datasets, measures, mask scopes -------------------
+# ---- what a user picks: patterns, linear targets, datasets, measures, mask scopes ----------------
 PATTERNS = ("unstructured", "2:4", "4:8")
 TARGETS = ("all", "attention", "mlp", "qk")
 DATASETS = ("wikitext2", "c4", "pydoc")  # plus "file:<path>" for any text/jsonl file
@@ -39,7 +39,7 @@ FULL, LEAN = "full", "lean"
 MEASURES = (FULL, LEAN)
 SCOPES = ("row", "matrix")  # where a mask's threshold is taken: per output row or per matrix
 
-# ---- linear roles -----------------------------------------------------------------------------------
+# ---- linear roles --------------------------------------------------------------------------------
 # Every family's decoder layer is described by the same seven roles; a family without a gate
 # (OPT's fc1/fc2 MLP) lacks that role (``core.adapters.roles`` views a role inside a fused
 # projection).
@@ -85,7 +85,7 @@ def family_roles(targets: str, have: tuple[str, ...], family: str) -> tuple[str,
     return present
 
 
-# ---- run kinds (RunConfig.kind) -------------------------------------------------------------------
+# ---- run kinds (RunConfig.kind) ------------------------------------------------------------------
 # Two things are called a sweep, named apart here:
 # - RELATION_SWEEP: SliceGPT over a grid of s with Paper A's relation fitted (core.runs.
 #   relation_sweep), one stored run of its own; its stored kind string stays "sweep" (data: run
@@ -118,7 +118,7 @@ STAGES: dict[str, str] = {
     "recover": "fine-tuning to recover (sparsity held)",
 }
 
-# ---- stored tables ---------------------------------------------------------------------------------
+# ---- stored tables -------------------------------------------------------------------------------
 T_LAYERS = "layers"  # prune: one row per (layer, linear)
 T_ALLOCATION = "allocation"  # prune: per-layer target sparsity (uniform / OWL)
 T_ATTENTION_ERRORS = "attention_errors"  # prune of q/k: per-head attention error
@@ -127,21 +127,23 @@ T_EFFDIM = "effdim"  # effective dimension of the residual stream per layer
 T_SWEEP = "sweep"  # relation sweep: one row per s
 T_ACCURACY = "accuracy"  # relation sweep with tasks: accuracy per (s, task)
 T_ACCURACY_FIT = "accuracy_fit"  # relation sweep with tasks: (A2) fits per task and mean
+T_LAWS = "laws"  # relation sweep: candidate laws of (A1) per s basis, scored out of sample
+T_LAW_POINTS = "law_points"  # relation sweep: each law's fitted and held-out errors per s
 T_ZEROSHOT = "zeroshot"  # zero-shot accuracy per task
 T_ZEROSHOT_ITEMS = "zeroshot_items"  # zero-shot per-item predictions
 T_EVAL_WINDOWS = "eval_windows"  # eval/prune/slice: NLL of every evaluation window
 T_RECOVERY = "recovery"  # recover: training loss and held-out perplexity every K steps
 
-# ---- stored arrays ---------------------------------------------------------------------------------
+# ---- stored arrays -------------------------------------------------------------------------------
 A_METHOD = "method"  # a method's own arrays (masks)
 A_QK = "qk"  # pruned W_Q/W_K per layer for attention heatmaps
 A_SPECTRA = "spectra"  # slice: eigenvalues at every boundary
 A_REBUILD = "rebuild"  # prune: packed keep masks (and changed weights) to rebuild the model
 
-# ---- metric keys -------------------------------------------------------------------------------------
+# ---- metric keys ---------------------------------------------------------------------------------
 SUMMARY_COLUMNS = ("ppl", "dense_ppl", "achieved_sparsity", "prune_seconds")  # runs table
 EFFDIM_PREFIX = "effdim_"
-# The effective-dimension statistic fixed in advance (core.analysis.effdim.PRIMARY, mean over layers);
-# the cross-method relation is tested with it only.
+# The effective-dimension statistic fixed in advance (core.analysis.effdim.PRIMARY, mean over
+# layers); the cross-method relation is tested with it only.
 EFFDIM_KEY = "mean_erank_c"
 DEFAULT_DIM = EFFDIM_PREFIX + EFFDIM_KEY

@@ -1,5 +1,6 @@
-"""Representation dimension (Paper A): SliceGPT sweeps, PPL vs d′ against PPL0^(d/d′), and
-every stored prune run placed by its effective dimension beside SliceGPT's points."""
+"""Representation dimension (Paper A): SliceGPT sweeps, PPL vs d′ against PPL0^(d/d′), the
+candidate laws of (A1) with their out-of-sample errors and the verdict sentence, and every
+stored prune run placed by its effective dimension beside SliceGPT's points."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import pandas as pd
 import streamlit as st
 
 from core import figures, jobs
+from core.analysis.relation import effective_relation
 from core.analysis.tables import effdim_points
+from core.analysis.verdicts import ACCURACY_RULE, KAPPA_TOL
 from core.demo import PAGE_ATTENTION, PAGE_REPDIM
 from core.errors import PruneScopeError
-from core.names import DEFAULT_DIM
+from core.names import DEFAULT_DIM, T_LAWS
 from core.settings.commands import command_fields, defaults
 from core.store.run_store import Run
 from pages.common import (
@@ -38,7 +41,7 @@ from pages.forms import (
     show_estimate,
     upload_widget,
 )
-from pages.repdim_views import matched_budgets, relation_slider
+from pages.repdim_views import matched_budgets, relation_slider, show_held_out, show_laws
 from pages.starters import offer_run
 
 require_frame(__file__)
@@ -51,13 +54,15 @@ st.title("Representation dimension")
 st.caption(
     "Paper A claims ln PPL₀ / ln PPL = 1 − s for SliceGPT, where d′ = (1 − s)·d is the kept "
     "width of the residual stream: perplexity would be set by d′ alone, PPL = PPL₀^(d/d′). "
-    "A sweep slices the model at several s, measures PPL and fits ratio = a(1 − s) + b."
+    "A sweep slices the model at several s, measures PPL and judges (A1) by what its candidate "
+    "laws predict for points they were not fitted on."
 )
 
 
-# ---- starting a sweep ------------------------------------------------------------------------------
-# The sweep command's fields drawn with the Prune page's widgets (pages.forms, core.settings.commands).
-# The grid axes that SliceGPT has no use for (patterns, allocations, targets) are left out.
+# ---- starting a sweep ----------------------------------------------------------------------------
+# The sweep command's fields drawn with the Prune page's widgets (pages.forms,
+# core.settings.commands). The grid axes that SliceGPT has no use for (patterns, allocations,
+# targets) are left out.
 FIELDS = {f.name: f for f in command_fields("sweep")}
 MAIN = ("model", "sparsities", "seeds", "device")
 DATA = ("calib", "nsamples", "calib_seqlen", "eval", "max_windows", "seqlen", "tasks", "limit")
@@ -121,26 +126,46 @@ def full_width(run: Run, sweep: pd.DataFrame) -> int | None:
     return None
 
 
+def _iv(m: dict[str, Any], key: str) -> str:
+    v, lo, hi = m.get(key), m.get(f"{key}_lo"), m.get(f"{key}_hi")
+    if not _num(v):
+        return "–"
+    return f"{v:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if _num(lo) and _num(hi) else "")
+
+
 def show_sweep(run: Run) -> None:
     if "sweep" not in run.tables():
         cli_hint(f"Run {run.id} has no sweep table.", SWEEP_HINT)
         return
     sweep, m = run.table("sweep"), run.metrics
     ppl0, d = m.get("ppl0"), full_width(run, sweep)
-    a, b, r2 = m.get("a"), m.get("b"), m.get("r2")
     c = st.columns(4)
     c[0].metric("dense PPL₀", f"{ppl0:.3f}" if ppl0 else "–")
     c[1].metric("width d", d or "–")
-    c[2].metric("fit a, b", f"{a:.3f}, {b:.3f}" if a is not None and b is not None else "–")
-    c[3].metric("fit R²", f"{r2:.3f}" if r2 is not None and math.isfinite(r2) else "–")
+    c[2].metric(
+        "first-order slope κ [95%]",
+        _iv(m, "kappa"),
+        help=f"(A1) predicts κ = 1; the first order holds when the interval lies in "
+        f"1 ± {KAPPA_TOL:g} (core.analysis.verdicts)",
+    )
+    c[3].metric("best law out of sample", m.get("best_law") or "–")
     if not ppl0 or not d:
         st.warning("This sweep lacks PPL₀ or the model width; the analytic curve cannot be drawn.")
         st.dataframe(sweep, hide_index=True)
         return
-    left, right = st.columns(2)
-    left.plotly_chart(figures.ppl_vs_dprime(sweep, ppl0, d, a, b), key="ppl_dprime")
-    s_col = "s" if "s" in sweep else "s_eff"  # the fit is made against the nominal s
-    right.plotly_chart(figures.ratio_vs_keep(sweep, ppl0, a, b, s_col), key="ratio_keep")
+    if T_LAWS in run.tables():
+        show_laws(run, sweep, float(ppl0), int(d))
+    else:
+        st.info(
+            "This sweep was stored before its laws were scored out of sample: run it again "
+            "with --force to see them. Shown: the line a(1 − s) + b it was fitted with."
+        )
+        left, right = st.columns(2)
+        left.plotly_chart(figures.ppl_vs_dprime(sweep, ppl0, d), key="ppl_dprime")
+        s_col = "s" if "s" in sweep else "s_eff"
+        right.plotly_chart(
+            figures.ratio_vs_keep(sweep, ppl0, m.get("a"), m.get("b"), s_col), key="ratio_keep"
+        )
     relation_slider(sweep, float(ppl0), int(d))
     st.markdown("**Measured vs predicted perplexity** (prediction PPL₀^(d/d′), error relative)")
     st.dataframe(
@@ -150,7 +175,6 @@ def show_sweep(run: Run) -> None:
             "ppl": st.column_config.NumberColumn("measured ppl", format="%.3f"),
             "predicted_ppl": st.column_config.NumberColumn("predicted ppl", format="%.3f"),
             "rel_error": st.column_config.NumberColumn("rel. error", format="%.4f"),
-            "fit_ppl": st.column_config.NumberColumn("fitted ppl", format="%.3f"),
         },
         key="sweep_table",
     )
@@ -166,12 +190,16 @@ def show_sweep(run: Run) -> None:
 FIT_COLUMNS = [
     "label",
     "kappa",
+    "kappa_lo",
+    "kappa_hi",
     "intercept",
+    "loo_error",
+    "loo_error_lo",
+    "loo_error_hi",
+    "verdict",
     "r2",
-    "held",
     "kappa_chance",
     "r2_chance",
-    "held_chance",
 ]
 
 
@@ -179,12 +207,17 @@ def show_accuracy(run: Run) -> None:
     """Accuracy per task against d′ and the fits of ln(acc/acc₀) ∝ (1 − s)."""
     acc = run.table("accuracy")
     fits = run.table("accuracy_fit") if "accuracy_fit" in run.tables() else None
+    if fits is not None:  # the per-task verdict of the one (A2) rule
+        fits = fits.rename(columns={"kappa_verdict": "verdict"})
     st.subheader("Zero-shot accuracy against d′")
     st.caption(
         "Paper A also states ln(acc/acc₀) ∝ (1 − s). With acc₀ the dense accuracy a line "
         "through the origin is impossible (at s = 0 both sides differ), so two readings are "
         "fitted: ln(acc/acc_dense) = κ(1 − s) + c, and ln(acc/chance) = κ′(1 − s) through the "
-        "origin. 'held' means R² ≥ 0.9 with κ > 0. Error bars: one standard error."
+        "origin (point fits; R² describes them, it decides nothing). "
+        + ACCURACY_RULE
+        + " The mean of tasks has no items to resample and is not judged. Error bars: one "
+        "standard error."
     )
     n = int(acc["n"].max()) if "n" in acc else None
     if n is not None and n < 500:
@@ -200,7 +233,12 @@ def show_accuracy(run: Run) -> None:
             column_config={
                 "label": "task",
                 "kappa": st.column_config.NumberColumn("κ", format="%.3f"),
+                "kappa_lo": st.column_config.NumberColumn("κ 2.5%", format="%.3f"),
+                "kappa_hi": st.column_config.NumberColumn("κ 97.5%", format="%.3f"),
                 "intercept": st.column_config.NumberColumn("c", format="%.3f"),
+                "loo_error": st.column_config.NumberColumn("held-out |error|", format="%.3f"),
+                "loo_error_lo": st.column_config.NumberColumn("2.5%", format="%.3f"),
+                "loo_error_hi": st.column_config.NumberColumn("97.5%", format="%.3f"),
                 "r2": st.column_config.NumberColumn("R²", format="%.3f"),
                 "kappa_chance": st.column_config.NumberColumn("κ′ (chance)", format="%.3f"),
                 "r2_chance": st.column_config.NumberColumn("R² (chance)", format="%.3f"),
@@ -209,7 +247,7 @@ def show_accuracy(run: Run) -> None:
         )
 
 
-# ---- effective dimension across methods --------------------------------------------------------------
+# ---- effective dimension across methods ----------------------------------------------------------
 def _num(v: Any) -> bool:
     return isinstance(v, int | float) and math.isfinite(v)
 
@@ -242,8 +280,6 @@ def show_effdim(points: pd.DataFrame) -> None:
     d_ref = float(dense[x].iloc[0]) if len(dense) and _num(dense[x].iloc[0]) else None
     st.plotly_chart(figures.effdim_scatter(group, x, ppl0, d_ref), key="effdim_scatter")
     if ppl0 and d_ref and len(others):
-        from core.analysis.relation import effective_relation
-
         rel = effective_relation(
             ppl0,
             d_ref,
@@ -260,6 +296,7 @@ def show_effdim(points: pd.DataFrame) -> None:
             ["method", "sparsity", "d_eff", "measured", "predicted", "rel_error"]
         ]
         st.dataframe(table, hide_index=True, key="effdim_table")
+        show_held_out(rel["held_out"])
     st.caption(
         "Unstructured methods keep the width d but can shrink the dimension the residual stream "
         "actually uses; SliceGPT sets it directly. The dashed curve is Paper A's relation with "
@@ -273,7 +310,7 @@ def cached_effdim_points(version: tuple, _done: list) -> pd.DataFrame:
     return effdim_points(store, _done)
 
 
-# ---- page ------------------------------------------------------------------------------------------------
+# ---- page ----------------------------------------------------------------------------------------
 SWEEP, BUDGETS, EFFDIM = "SliceGPT sweep", "Matched budgets", "Effective dimension"
 sweep_launcher()
 section, pane = open_section([SWEEP, BUDGETS, EFFDIM], key="repdim_section")

@@ -1,17 +1,85 @@
-"""The Representation dimension page's teaching views (not a page): a slider for s read through
-Paper A's relation beside the nearest measured point, and the matched-budget chart."""
+"""The Representation dimension page's views (not a page): a sweep's candidate laws with their
+out-of-sample errors and verdict, each method predicted from the others, a slider for s read
+through Paper A's relation beside the nearest measured point, and the matched-budget chart."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from core import figures
 from core.analysis.budget import BUDGETS
+from core.analysis.laws import PPL_TOL, S_FIT
 from core.analysis.teaching import budget_points, matched_summary, slice_point
+from core.analysis.verdicts import KAPPA_TOL
+from core.figures.laws import ERROR_KINDS, law_errors_chart, law_frame, laws_chart
 from core.figures.repdim import BUDGET_AXIS
-from core.store.run_store import RunRecord
+from core.names import T_LAW_POINTS, T_LAWS
+from core.store.run_store import Run, RunRecord
 from pages.common import number_table
+
+BASES = {"s": "nominal s", "s_eff": "achieved s_eff = 1 − d′/d"}
+
+
+def show_laws(run: Run, sweep: pd.DataFrame, ppl0: float, d: int) -> None:
+    """(A1)'s verdict sentence, every law's fit, its parameters with intervals and its
+    out-of-sample errors (all computed when the sweep ran: core.analysis.laws)."""
+    m = run.metrics
+    basis = st.radio(
+        "Fit against", list(BASES), format_func=BASES.get, horizontal=True, key="law_basis"
+    )
+    sfx = "" if basis == "s" else "_eff"
+    st.info(f"**Verdict ({BASES[basis]}).** {m.get('sentence' + sfx, '–')}")
+    laws = run.table(T_LAWS)
+    laws = laws[laws["basis"] == basis]
+    points = run.table(T_LAW_POINTS)
+    points = points[points["basis"] == basis]
+    measured = sweep.assign(s=sweep[basis]) if basis in sweep else sweep
+    left, right = st.columns(2)
+    left.plotly_chart(figures.ppl_vs_dprime(sweep, ppl0, d), key="ppl_dprime")
+    right.plotly_chart(laws_chart(laws, measured, ppl0), key="laws_chart")
+    st.markdown("**Candidate laws** (mean |PPL_pred/PPL − 1| with 95% intervals)")
+    st.dataframe(law_frame(laws), hide_index=True, key="law_table")
+    kind = st.radio(
+        "Held-out predictions",
+        list(ERROR_KINDS),
+        format_func=ERROR_KINDS.get,
+        horizontal=True,
+        key="law_error_kind",
+    )
+    st.plotly_chart(law_errors_chart(points, kind), key="law_errors")
+    p = m.get("protocol") or {}
+    st.caption(
+        f"Out of sample: each s predicted by the law fitted on the others (leave one s out), "
+        f"and every s > {S_FIT:g} predicted by the law fitted on s ≤ {S_FIT:g} "
+        f"(extrapolated). A law is supported when both mean errors' 95% upper bounds are at "
+        f"most {PPL_TOL:.0%}, contradicted when either lower bound exceeds it. The first order "
+        f"is κ of the curved law against 1 ± {KAPPA_TOL:g}; the reach is how far (A1)'s own "
+        f"prediction agrees within ±{PPL_TOL:.0%} (core.analysis.verdicts). Intervals "
+        "resample evaluation windows and calibration seeds."
+        + (
+            f" Protocol: {p.get('n_windows')} windows of {p.get('eval_seqlen')} tokens, "
+            f"calibration {p.get('calib_nsamples')} × {p.get('calib_seqlen')} tokens, "
+            f"{p.get('n_seeds')} seed(s) per point; κ depends on it."
+            if p
+            else ""
+        )
+    )
+
+
+def show_held_out(held: dict[str, Any]) -> None:
+    """Leave-one-method-out: each method's runs predicted from the others' (core.analysis.
+    relation.method_out_of_sample)."""
+    st.markdown(
+        "**Each method predicted from the others** (mean |PPL_pred/PPL − 1|, 95% interval "
+        f"over its runs): PPL₀^(d/d_eff) {held['exact_verdict']}, line fitted on the other "
+        f"methods {held['line_verdict']} (tolerance {PPL_TOL:.0%})"
+    )
+    frame = pd.DataFrame(held["methods"])
+    config = {c: st.column_config.NumberColumn(c, format="%.3f") for c in frame if "error" in c}
+    st.dataframe(frame, hide_index=True, key="effdim_held_out", column_config=config)
 
 
 def relation_slider(sweep: pd.DataFrame, ppl0: float, d: int) -> None:
@@ -77,8 +145,9 @@ def matched_budgets(records: list[RunRecord], version: tuple) -> None:
             g: f"{points.loc[points['group'] == g, 'model'].iloc[0]} · {n} runs [{str(g)[:8]}]"
             for g, n in sizes.items()
         }
-        group = st.selectbox("Runs compared", list(sizes.index), format_func=labels.get,
-                             key="budget_group")  # fmt: skip
+        group = st.selectbox(
+            "Runs compared", list(sizes.index), format_func=labels.get, key="budget_group"
+        )
         points = points[points["group"] == group]
     budget = st.radio(
         "Budget", BUDGETS, horizontal=True, key="budget_axis", format_func=BUDGET_AXIS.get

@@ -78,7 +78,7 @@ def test_cli_slice_sweep_effdim(capsys, store_root, tiny_flags):
     assert main(["slice", "--sparsity", "0.25", *common, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["metrics"]["d_sliced"] == 48
     assert main(["sweep", "--sparsities", "0,0.5", *common]) == 0
-    assert "R^2" in capsys.readouterr().out
+    assert "(A1) against s:" in capsys.readouterr().out
     assert main(["effdim", "--store", str(store_root)]) == 0
     assert "predicted" in capsys.readouterr().out
     assert main(["sweep", "--sparsities", "0,x", *common]) == 2
@@ -91,7 +91,10 @@ def test_sweep_over_seeds_has_intervals_and_a_verdict(store):
     assert m["n_seeds"] == 2 and m["n_windows"] == 4
     for sfx in ("", "_eff"):
         assert m["a_lo" + sfx] <= m["a" + sfx] <= m["a_hi" + sfx]
-        assert m["verdict" + sfx] in ("supported", "contradicted", "inconclusive")
+        assert m["first_order" + sfx] in ("supported", "contradicted", "inconclusive")
+        assert m["sentence" + sfx].startswith("(A1)")
+    assert {r["law"] for r in m["laws"]} == {"a1", "line", "linear", "curved"}
+    assert m["protocol"]["n_windows"] == 4 and m["protocol"]["n_seeds"] == 2
     table = store.load(res["run_id"]).table("sweep")
     assert (table["ppl_lo"] <= table["ppl"]).all() and (table["ppl"] <= table["ppl_hi"]).all()
     assert all(len(ids.split(",")) == 2 for ids in table["run_ids"])

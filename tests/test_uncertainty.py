@@ -1,6 +1,6 @@
-"""Intervals and verdicts of Paper A's relations (core.analysis.uncertainty), with controls: data made by
-the relation must read "supported", data made against it "contradicted", too little data
-"inconclusive"."""
+"""Intervals of Paper A's relations (core.analysis.uncertainty), with controls: data made by
+the relation must put its parameters inside the intervals, data made against it outside, too
+little data must give wide intervals. The verdicts on (A1) are tested in test_laws.py."""
 
 from __future__ import annotations
 
@@ -8,16 +8,13 @@ import numpy as np
 import pytest
 
 from core.analysis.uncertainty import (
-    Interval,
     accuracy_intervals,
-    accuracy_verdict,
     line_fits,
     percentile_interval,
     ppl_intervals,
-    predicted_inside,
     relation_intervals,
-    relation_verdict,
 )
+from core.analysis.verdicts import accuracy_verdict
 from core.errors import ConfigError
 
 S = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
@@ -56,7 +53,6 @@ def test_positive_control_relation_true_is_supported() -> None:
     a, b = res["a"], res["b"]
     assert a.estimate == pytest.approx(1.0, abs=0.02) and a.contains(1.0)
     assert b.contains(0.0)
-    assert relation_verdict(a, b) == "supported"
     for row in res["rows"]:
         assert row["ppl_lo"] <= row["ppl"] <= row["ppl_hi"]
         assert row["ratio_lo"] <= row["ratio"] <= row["ratio_hi"]
@@ -67,28 +63,14 @@ def test_negative_control_other_slope_is_contradicted() -> None:
     res = relation_intervals(S, points, dense)
     assert res["a"].estimate == pytest.approx(0.6, abs=0.02)
     assert not res["a"].contains(1.0)
-    assert relation_verdict(res["a"], res["b"]) == "contradicted"
 
 
-def test_too_little_data_is_inconclusive() -> None:
+def test_too_little_data_gives_wide_intervals() -> None:
     # Two sparsities close together, a few noisy windows, noisy seeds: a cannot be pinned down.
     points, dense = sweep(lambda keep: keep, n_windows=4, seed_sd=0.05)
     res = relation_intervals(S[:2], points[:2], dense)
     assert res["a"].half_width > 0.1
     assert res["a"].contains(1.0)
-    assert relation_verdict(res["a"], res["b"]) == "inconclusive"
-    wide = Interval(1.0, 0.5, 1.5)
-    assert relation_verdict(wide, Interval(0.0, -0.1, 0.1)) == "inconclusive"
-
-
-def test_verdict_is_an_equivalence_test() -> None:
-    # Precisely measured, slightly off: a = 1 lies outside the interval, but inside the band.
-    a, b = Interval(0.993, 0.988, 0.998), Interval(0.005, 0.001, 0.009)
-    assert not predicted_inside(a, b)
-    assert relation_verdict(a, b) == "supported"
-    assert relation_verdict(Interval(0.8, 0.75, 0.85), b) == "contradicted"
-    assert relation_verdict(Interval(0.88, 0.85, 0.95), b) == "inconclusive"
-    assert relation_verdict(Interval(1.0, 0.98, 1.02), Interval(0.2, 0.15, 0.25)) == "contradicted"
 
 
 def test_intervals_widen_with_noise_and_are_reproducible() -> None:
@@ -118,14 +100,18 @@ def accuracy_sweep(acc_of_s, n_items=400, n_seeds=3, seed=0):
 
 
 def test_accuracy_relation_controls() -> None:
-    # (A2) holds: accuracy falls as exp(-κ s) from 0.8 -> supported, κ near 1.
-    points, dense = accuracy_sweep(lambda s: 0.8 * np.exp(-1.0 * s))
+    # (A2) holds: accuracy falls as exp(-κ s) from 0.8 -> supported, κ near 1, once there are
+    # items enough to predict a held-out s within 3 points (400 leave that undecided).
+    points, dense = accuracy_sweep(lambda s: 0.8 * np.exp(-1.0 * s), n_items=2000)
     res = accuracy_intervals(S, points, dense)
     assert res["kappa"].contains(1.0)
-    assert accuracy_verdict(res["kappa"]) == "supported"
+    assert res["loo"].lo <= res["loo"].estimate <= res["loo"].hi
+    assert accuracy_verdict(res["kappa"], res["loo"]) == "supported"
+    res = accuracy_intervals(S, *accuracy_sweep(lambda s: 0.8 * np.exp(-1.0 * s)))
+    assert res["kappa"].lo > 0 and accuracy_verdict(res["kappa"], res["loo"]) == "inconclusive"
     # Accuracy rises with s: the relation's sign is wrong -> contradicted.
-    points, dense = accuracy_sweep(lambda s: 0.4 * np.exp(1.0 * s))
-    assert accuracy_verdict(accuracy_intervals(S, points, dense)["kappa"]) == "contradicted"
+    res = accuracy_intervals(S, *accuracy_sweep(lambda s: 0.4 * np.exp(1.0 * s)))
+    assert accuracy_verdict(res["kappa"], res["loo"]) == "contradicted"
     # Flat accuracy: nothing to see -> inconclusive.
-    points, dense = accuracy_sweep(lambda s: 0.6)
-    assert accuracy_verdict(accuracy_intervals(S, points, dense)["kappa"]) == "inconclusive"
+    res = accuracy_intervals(S, *accuracy_sweep(lambda s: 0.6))
+    assert accuracy_verdict(res["kappa"], res["loo"]) == "inconclusive"

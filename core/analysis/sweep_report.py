@@ -2,9 +2,10 @@
 
 A sweep point is a sparsity s with one stored slice run per calibration seed; each run holds
 its evaluation windows' NLLs (``T_EVAL_WINDOWS``) and, when zero-shot tasks were asked, its
-per-item predictions. ``relation_report`` fits (A1) against the nominal s and the achieved
-s_eff with bootstrap intervals (core.analysis.uncertainty) and reads the verdicts from them;
-``accuracy_report`` does the same for (A2) per task.
+per-item predictions. ``relation_report`` fits the candidate laws of (A1) against the nominal
+s and the achieved s_eff with bootstrap intervals and scores them out of sample
+(core.analysis.laws), and reads (A1)'s verdict from them (core.analysis.verdicts);
+``accuracy_report`` does the same for (A2) per task, with its one rule.
 """
 
 from __future__ import annotations
@@ -16,13 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from core.analysis.uncertainty import (
-    accuracy_intervals,
-    accuracy_verdict,
-    predicted_inside,
-    relation_intervals,
-    relation_verdict,
-)
+from core.analysis.laws import Means, fit_laws, law_rows, point_rows
+from core.analysis.uncertainty import accuracy_intervals, relation_intervals
+from core.analysis.verdicts import a1_verdict, accuracy_verdict
 from core.errors import StoreError
 from core.names import T_EVAL_WINDOWS, T_ZEROSHOT_ITEMS
 from core.store.run_store import RunStore
@@ -57,29 +54,35 @@ def item_scores(items: pd.DataFrame, run_id: str, task: str) -> np.ndarray:
     return (part["pred"] == part["gold"]).to_numpy(float)
 
 
-def _fit(s: Sequence[float], nll: list[np.ndarray], dense: np.ndarray) -> dict[str, Any]:
-    res = relation_intervals(s, nll, dense)
-    a, b = res["a"], res["b"]
+def _fit(
+    s: Sequence[float], nll: list[np.ndarray], dense: np.ndarray, basis: str
+) -> dict[str, Any]:
+    """Every candidate law of core.analysis.laws on one s basis, (A1)'s verdict, and each
+    point's ratio and perplexity with intervals (core.analysis.uncertainty)."""
+    laws = fit_laws(Means.from_units(s, nll, dense))
+    line = laws["laws"]["line"]
     return {
-        **a.as_dict("a"),
-        **b.as_dict("b"),
-        "verdict": relation_verdict(a, b),
-        "predicted_inside": predicted_inside(a, b),
-        "rows": res["rows"],
-        "n_windows": res["n_windows"],
+        **line["a"].as_dict("a"),
+        **line["b"].as_dict("b"),
+        **a1_verdict(laws),
+        "laws": law_rows(laws, basis),
+        "law_points": point_rows(laws, basis),
+        "rows": relation_intervals(s, nll, dense)["rows"],
+        "n_windows": laws["n_windows"],
     }
 
 
 def relation_report(
     store: RunStore, points: Sequence[SweepPoint], dense_run: str
 ) -> dict[str, Any]:
-    """(A1) ln PPL₀/ln PPL = a·(1 − s) + b fitted against nominal s and against s_eff, each
-    with 95% intervals for a, b and every point, and the verdict that reads them."""
+    """(A1) judged by prediction against nominal s and against s_eff: the candidate laws with
+    intervals and out-of-sample errors, (A1)'s verdict and sentence, and every point's ratio
+    ln PPL₀/ln PPL and perplexity with 95% intervals."""
     dense = window_nlls(store, dense_run)
     nll = [np.stack([window_nlls(store, r) for r in p.run_ids]) for p in points]
     return {
-        "nominal": _fit([p.s for p in points], nll, dense),
-        "effective": _fit([p.s_eff for p in points], nll, dense),
+        "nominal": _fit([p.s for p in points], nll, dense, "s"),
+        "effective": _fit([p.s_eff for p in points], nll, dense, "s_eff"),
         "n_seeds": min(len(p.run_ids) for p in points),
     }
 
@@ -92,8 +95,9 @@ def accuracy_report(
     tasks: Sequence[str],
 ) -> list[dict[str, Any]]:
     """(A2) per task: κ and c of ln(acc/acc₀) = κ·(1 − s) + c with intervals over items and
-    seeds, and the verdict. ``sources[p]`` are the runs holding point p's zero-shot items
-    (the slice runs themselves, or zero-shot runs made from them)."""
+    seeds, the leave-one-s-out accuracy error, and the verdict (core.analysis.verdicts).
+    ``sources[p]`` are the runs holding point p's zero-shot items (the slice runs themselves, or
+    zero-shot runs made from them)."""
     pruned = [(p, src) for p, src in zip(points, sources, strict=True) if p.s > 0]
     # Every run's items table is read once, whatever the number of tasks.
     run_ids = {dense_zeroshot_run, *(r for _, src in pruned for r in src)}
@@ -113,7 +117,8 @@ def accuracy_report(
                 **res["kappa"].as_dict("kappa"),
                 **res["intercept"].as_dict("intercept"),
                 **res["acc0"].as_dict("acc0"),
-                "verdict": accuracy_verdict(res["kappa"]),
+                **res["loo"].as_dict("loo_error"),
+                "verdict": accuracy_verdict(res["kappa"], res["loo"]),
                 "n_items": int(dense.shape[0]),
             }
         )

@@ -10,10 +10,10 @@ The statistics were fixed before any sweep was looked at (docs/statistics.md):
   items instead of windows.
 - **Interval.** Percentile interval at 95% from ``N_BOOT`` = 2000 replicates, fixed RNG seed,
   so the same stored runs always print the same interval.
-- **Verdict.** An equivalence test with tolerance ``TOLERANCE`` = 0.1 on the slope and the
-  intercept (``relation_verdict``); with thousands of evaluation tokens any model departs
-  from a = 1 by *something*, so "1 is outside the interval" alone would reject every model.
-  Whether a = 1 and b = 0 lie inside the intervals is reported beside it.
+- **Verdicts.** Written in core.analysis.verdicts: equivalence tests with tolerances fixed in
+  advance (``TOLERANCE`` = 0.1 on a slope); with thousands of evaluation tokens any model
+  departs from a predicted slope by *something*, so "1 is outside the interval" alone would
+  reject every model.
 - **Seeds.** With three seeds the bootstrap's seed component is narrow by a factor of about
   √((n−1)/n); docs/statistics.md says so beside every interval.
 - **Fit.** Ordinary least squares of ratio = ln PPL₀ / ln PPL on x = 1 − s (A1); for (A2)
@@ -199,30 +199,6 @@ def relation_intervals(
     return {"a": a, "b": b, "rows": rows, "n_windows": int(pts[0].shape[1])}
 
 
-def relation_verdict(a: Interval, b: Interval, tolerance: float = TOLERANCE) -> str:
-    """The verdict on (A1), which predicts a = 1 and b = 0 (ratio = 1 − s).
-
-    Rule (an equivalence test with a tolerance fixed in advance): *supported* when the 95%
-    interval of a lies inside [1 − tol, 1 + tol] and that of b inside [−tol, tol];
-    *contradicted* when either interval lies wholly outside its band (the departure is
-    larger than the tolerance, with confidence); else *inconclusive*. Whether a = 1 and b = 0
-    fall inside the intervals themselves is reported beside it (``predicted_inside``).
-    """
-    if not all(math.isfinite(v) for v in (a.lo, a.hi, b.lo, b.hi)):
-        return "inconclusive"
-    bands = ((a, 1.0), (b, 0.0))
-    if any(iv.hi < c - tolerance or iv.lo > c + tolerance for iv, c in bands):
-        return "contradicted"
-    if all(c - tolerance <= iv.lo and iv.hi <= c + tolerance for iv, c in bands):
-        return "supported"
-    return "inconclusive"
-
-
-def predicted_inside(a: Interval, b: Interval) -> bool:
-    """Whether (A1)'s a = 1 and b = 0 both lie inside the 95% intervals."""
-    return a.contains(1.0) and b.contains(0.0)
-
-
 def accuracy_intervals(
     s: Sequence[float],
     correct: Sequence[np.ndarray],
@@ -252,24 +228,32 @@ def accuracy_intervals(
         {"s": float(s[p]), **percentile_interval(means[:, p], acc[p]).as_dict("acc")}
         for p in range(len(s))
     ]
+    loo = accuracy_loo(x, means[:, :-1], means[:, -1], w)
     return {
         "kappa": percentile_interval(fits[:, 0], kappa_hat),
         "intercept": percentile_interval(fits[:, 1], c_hat),
         "acc0": percentile_interval(means[:, -1], acc[-1]),
+        "loo": percentile_interval(loo, float(accuracy_loo(x, acc[:-1], acc[-1], w))),
         "rows": rows,
     }
 
 
-def accuracy_verdict(kappa: Interval) -> str:
-    """The verdict on (A2), which predicts that accuracy falls with s: κ > 0.
-
-    Rule: *supported* when the 95% interval of κ lies above 0, *contradicted* when it lies at
-    or below 0, *inconclusive* when it straddles 0 (or could not be computed).
-    """
-    if not (math.isfinite(kappa.lo) and math.isfinite(kappa.hi)):
-        return "inconclusive"
-    if kappa.lo > 0:
-        return "supported"
-    if kappa.hi <= 0:
-        return "contradicted"
-    return "inconclusive"
+def accuracy_loo(x: np.ndarray, acc: np.ndarray, acc0: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Mean |acc_pred − acc| over the points, each predicted by the (A2) line fitted on the
+    others (leave-one-s-out). acc: (..., P), acc0: (...,); NaN with fewer than 3 points (two
+    are needed to fit and one to predict) or where an accuracy is 0."""
+    acc = np.asarray(acc, dtype=float)
+    acc0 = np.asarray(acc0, dtype=float)
+    n = len(x)
+    if n < 3:
+        return np.full(acc.shape[:-1], np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.log(acc / acc0[..., None])
+    y = np.where(np.isfinite(y), y, np.nan)
+    errs = []
+    for p in range(n):
+        keep = np.arange(n) != p
+        fit = line_fits(x[keep], y[..., keep], w[keep])
+        pred = acc0 * np.exp(fit[..., 0] * x[p] + fit[..., 1])
+        errs.append(np.abs(pred - acc[..., p]))
+    return np.mean(errs, axis=0)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
 from tqdm import tqdm
 
+from core.analysis.laws import PARAMS, S_FIT
+from core.analysis.verdicts import ACCURACY_RULE
 from core.cli.recovery_lines import recovery_lines
 from core.cli.sweep_command import grid_lines
 from core.families import family_lines
@@ -68,11 +71,91 @@ def effdim_lines(out: dict[str, Any]) -> list[str]:
             f"mean |relative error| {g['mean_abs_rel_error']:.3f}; fit ln PPL0/ln PPL = "
             f"a·(d_eff/d_dense) + b: a = {g['a']:.3f}, b = {g['b']:.3f}, R^2 = {g['r2']:.3f}"
         )
+        lines += held_out_lines(g.get("held_out"))
         lines.append("* fewer than 10·d tokens behind the statistic (core.analysis.effdim)")
     if "layers" in out:
         lines.append(
             "per layer (erank_c): "
             + ", ".join(f"{r['layer']}:{r['erank_c']:.1f}" for r in out["layers"])
+        )
+    return lines
+
+
+def _iv(v: float | None, lo: float | None, hi: float | None, fmt: str = ".3f") -> str:
+    if v is None or not math.isfinite(v):
+        return "-"
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"{v:{fmt}}"
+    return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def law_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The candidate laws of (A1) (core.analysis.laws): parameters and mean |error| in
+    sample, leaving one s out and extrapolating, each with its 95% interval."""
+    out = [
+        f"{'law':<8}{'parameters [95%]':<58}{'in sample':>11}{'leave-one-s-out':>26}"
+        f"{'extrapolating':>26}  verdict"
+    ]
+    for r in rows:
+        params = ", ".join(
+            f"{p}={_iv(r[p], r[f'{p}_lo'], r[f'{p}_hi'])}"
+            for p in PARAMS
+            if r.get(p) is not None and math.isfinite(r[p])
+        )
+        errs = [
+            _iv(r[f"{k}_error"], r[f"{k}_error_lo"], r[f"{k}_error_hi"], ".1%")
+            for k in ("loo", "extrap")
+        ]
+        fit = _iv(r["fit_error"], None, None, ".1%")
+        best = " (best)" if r.get("best") else ""
+        out.append(
+            f"{r['law']:<8}{params or '-':<58}{fit:>11}{errs[0]:>26}{errs[1]:>26}  "
+            f"{r['verdict']}{best}"
+        )
+    return out
+
+
+def law_lines(m: dict[str, Any]) -> list[str]:
+    """A relation sweep's (A1) report: protocol, verdict sentence and the laws table."""
+    lines = []
+    p = m.get("protocol")
+    if p:
+        lines.append(
+            f"protocol: {p['n_windows']} evaluation windows of {p['eval_seqlen']} tokens; "
+            f"calibration {p['calib_nsamples']} x {p['calib_seqlen']} tokens; "
+            f"{p['n_seeds']} seed(s) per point"
+        )
+    if "sentence" not in m:  # a sweep stored before the laws were scored
+        lines.append(f"fit ln PPL0/ln PPL = a(1-s) + b: a = {m['a']:.4f}, b = {m['b']:.4f}")
+        return lines
+    lines.append(f"(A1) against s: {m['sentence']}")
+    lines.append(f"laws (mean |PPL_pred/PPL - 1|; extrapolating = fitted on s <= {S_FIT:g}):")
+    lines += law_table(m.get("laws", []))
+    lines.append(
+        f"against s_eff: first order {m.get('first_order_eff')} (kappa = "
+        f"{_iv(m.get('kappa_eff'), m.get('kappa_lo_eff'), m.get('kappa_hi_eff'))}), "
+        f"curvature {m.get('curvature_eff')}, best law {m.get('best_law_eff')}"
+    )
+    return lines
+
+
+def held_out_lines(held: dict[str, Any] | None) -> list[str]:
+    """Leave-one-method-out of the effective-dimension relation (mean |PPL_pred/PPL - 1|)."""
+    if not held:
+        return []
+
+    def err(d: dict[str, Any], k: str) -> str:
+        return _iv(d[f"{k}_error"], d[f"{k}_error_lo"], d[f"{k}_error_hi"], ".1%")
+
+    lines = [
+        "each method predicted from the others: PPL0^(d/d_eff) "
+        f"{err(held['exact'], 'exact')} ({held['exact_verdict']}); line fitted on the other "
+        f"methods {err(held['line'], 'line')} ({held['line_verdict']})"
+    ]
+    for r in held["methods"]:
+        lines.append(
+            f"  {r['method']:<12}{r['n_runs']:>3} runs  PPL0^(d/d_eff) {err(r, 'exact'):<26}"
+            f"line {err(r, 'line')}"
         )
     return lines
 
@@ -119,18 +202,23 @@ def summary_lines(command: str, m: dict[str, Any]) -> list[str]:
         )
     if command == "sweep":
         lines.append(f"dense perplexity PPL0 = {m['ppl0']:.4f}, d = {m['d']}")
-        lines.append(
-            f"fit ln PPL0/ln PPL = a(1-s) + b: a = {m['a']:.4f}, b = {m['b']:.4f}, R^2 = {m['r2']:.4f}"
-        )
+        lines += law_lines(m)
         if "acc_fit_kappa" in m:
             lines.append(
-                f"accuracy (mean of tasks): ln(acc/acc_dense) = k(1-s) + c: k = "
-                f"{m['acc_fit_kappa']:.4f}, c = {m['acc_fit_intercept']:.4f}, R^2 = "
-                f"{m['acc_fit_r2']:.4f} ({'held' if m['acc_fit_held'] else 'did not hold'}); "
-                f"ln(acc/chance) = k'(1-s): k' = {m['acc_fit_kappa_chance']:.4f}, R^2 = "
-                f"{m['acc_fit_r2_chance']:.4f} ({'held' if m['acc_fit_held_chance'] else 'did not hold'})"
+                f"accuracy (mean of tasks, point fit): ln(acc/acc_dense) = k(1-s) + c: k = "
+                f"{m['acc_fit_kappa']:.4f}, c = {m['acc_fit_intercept']:.4f}, "
+                f"R^2 = {m['acc_fit_r2']:.4f}"
             )
-        lines.append("per-point table: python -m core runs show <id> (table 'sweep') or the app")
+            verdicts = m.get("acc_verdicts") or {}
+            lines.append(
+                "(A2) per task: "
+                + ", ".join(f"{t} {v}" for t, v in verdicts.items())
+                + f"  [{ACCURACY_RULE}]"
+            )
+        lines.append(
+            "per-point tables: python -m core runs show <id> (tables 'sweep', 'laws', "
+            "'law_points') or the app"
+        )
     elif command == "eval" or "tokens_per_s" in m:
         lines.append(f"perplexity: {m['ppl']:.4f}  (mean NLL {m['nll']:.4f} nats)")
         lines.append(
@@ -149,7 +237,8 @@ def summary_lines(command: str, m: dict[str, Any]) -> list[str]:
             )
             if "latency_ms" in m:  # not measured when streamed or lean
                 lines.append(
-                    f"forward latency: {m['latency_ms']:.1f} ms vs {m['latency_ms_dense']:.1f} ms dense"
+                    f"forward latency: {m['latency_ms']:.1f} ms "
+                    f"vs {m['latency_ms_dense']:.1f} ms dense"
                 )
         if "achieved_sparsity" in m:
             lines.append(
@@ -200,8 +289,7 @@ def print_human(command: str, out: Any) -> None:
         print(json.dumps(out, indent=2, default=str))
         return
     m = out["metrics"]
-    print(
-        f"run {out['run_id']}{' (stored result reused; --force recomputes)' if out.get('cached') else ''}"
-    )
+    reused = " (stored result reused; --force recomputes)" if out.get("cached") else ""
+    print(f"run {out['run_id']}{reused}")
     for line in summary_lines(command, m):
         print(line)

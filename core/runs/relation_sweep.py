@@ -1,6 +1,7 @@
 """The 'sweep' run kind: SliceGPT over a grid of s (each point a stored 'slice' run) and
-Paper A's relations: (A1) ln PPL₀/ln PPL = 1 − s, fitted as ratio = a·(1 − s) + b, for
-perplexity always; (A2) for accuracy per task and averaged when tasks were asked."""
+Paper A's relations: (A1) ln PPL₀/ln PPL = 1 − s for perplexity always, judged by what its
+candidate laws predict out of sample (core.analysis.laws, core.analysis.verdicts); (A2) for
+accuracy per task and averaged when tasks were asked."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from core.analysis.relation import accuracy_relation, predicted_ppl, relation_fi
 from core.analysis.sweep_report import SweepPoint, accuracy_report, relation_report
 from core.machine.environment import environment_record
 from core.names import DEFAULT_DIM as EFFDIM_COLUMN
-from core.names import T_ACCURACY, T_ACCURACY_FIT, T_SWEEP
+from core.names import T_ACCURACY, T_ACCURACY_FIT, T_LAW_POINTS, T_LAWS, T_SWEEP
 from core.progress import ProgressFn, report
 from core.runs.common import RunOptions
 from core.runs.plan import relation_sweep_points
@@ -21,8 +22,12 @@ from core.runs.store_access import cached_result, result, tee
 from core.settings.config import RunConfig, zeroshot_from
 from core.store.run_store import RunStore
 
-ACC_FIT_KEYS = ("kappa", "intercept", "r2", "held", "kappa_chance", "r2_chance", "held_chance")
-INTERVAL_KEYS = ("a", "a_lo", "a_hi", "b", "b_lo", "b_hi", "verdict", "predicted_inside")
+ACC_FIT_KEYS = ("kappa", "intercept", "r2", "kappa_chance", "r2_chance")
+# (A1)'s report per s basis (core.analysis.verdicts.a1_verdict, the line law's a and b)
+INTERVAL_KEYS = (
+    "a", "a_lo", "a_hi", "b", "b_lo", "b_hi", "kappa", "kappa_lo", "kappa_hi", "kappa_law",
+    "first_order", "curvature", "reach", "best_law", "sentence",
+)  # fmt: skip
 
 
 def _mean_ppl(runs: list[dict[str, Any]]) -> float:
@@ -68,7 +73,8 @@ def execute_relation_sweep(
     cfg: RunConfig, store: RunStore, on_progress: ProgressFn | None = None, force: bool = False
 ) -> dict[str, Any]:
     """Run a planned 'sweep' config: every (s, seed) slice run, then (A1) fitted on the seeds'
-    mean perplexities with bootstrap intervals over windows and seeds (core.analysis.sweep_report)."""
+    mean perplexities with bootstrap intervals over windows and seeds
+    (core.analysis.sweep_report)."""
     cached = cached_result(store, cfg, force)
     if cached is not None:
         return cached
@@ -101,12 +107,17 @@ def execute_relation_sweep(
             for (s, runs), frow, irow in zip(points, fit["rows"], nominal["rows"], strict=True)
         ]
         writer.write_table(T_SWEEP, rows)
+        writer.write_table(T_LAWS, nominal["laws"] + effective["laws"])
+        writer.write_table(T_LAW_POINTS, nominal["law_points"] + effective["law_points"])
         metrics = {
             "ppl0": ppl0,
             "d": d,
             **{k: nominal[k] for k in INTERVAL_KEYS},
             "r2": fit["r2"],
             **{f"{k}_eff": effective[k] for k in INTERVAL_KEYS},
+            "laws": nominal["laws"],
+            "laws_eff": effective["laws"],
+            "protocol": protocol(cfg, intervals["n_seeds"], nominal["n_windows"]),
             "n_points": len(rows),
             "n_seeds": intervals["n_seeds"],
             "n_windows": nominal["n_windows"],
@@ -122,8 +133,22 @@ def execute_relation_sweep(
             writer.write_table(T_ACCURACY_FIT, fit_rows)
             mean = next(r for r in fit_rows if r["task"] == "mean")
             metrics.update({f"acc_fit_{k}": mean[k] for k in ACC_FIT_KEYS})
+            metrics["acc_verdicts"] = {t: kappas[t]["kappa_verdict"] for t in kappas}
         writer.commit(metrics)
     return result(cfg, metrics)
+
+
+def protocol(cfg: RunConfig, n_seeds: int, n_windows: int) -> dict[str, Any]:
+    """The protocol the relation was measured under, printed beside it: κ moves with the
+    evaluation window and the calibration size, so a verdict is a verdict on this protocol."""
+    calib = cfg.calib
+    return {
+        "eval_seqlen": cfg.eval.seqlen,
+        "n_windows": n_windows,
+        "calib_nsamples": None if calib is None else calib.nsamples,
+        "calib_seqlen": None if calib is None else calib.seqlen,
+        "n_seeds": n_seeds,
+    }
 
 
 def _accuracy_intervals(
@@ -134,7 +159,7 @@ def _accuracy_intervals(
     rows = accuracy_report(
         store, spans, first["dense_zeroshot_run"], [p.run_ids for p in spans], tasks
     )
-    keys = ("kappa_lo", "kappa_hi", "verdict")
+    keys = ("kappa_lo", "kappa_hi", "loo_error", "loo_error_lo", "loo_error_hi", "verdict")
     return {
         row["task"]: {("kappa_verdict" if k == "verdict" else k): row[k] for k in keys}
         for row in rows
