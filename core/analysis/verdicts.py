@@ -163,25 +163,25 @@ def _reach_words(points: list[dict[str, Any]], far: float | None) -> str:
     head = "its perplexity prediction PPL₀^(1/(1−s))"
     tol = f"±{PPL_TOL:.0%}"
     if far is not None and far >= pts[-1]["s"]:
-        return f"{head} agrees within {tol} up to s = {far:g} (the largest measured)"
+        return f"{head} agrees within {tol} up to s = {far:.3g} (the largest measured)"
     parts = []
     if far is not None:
         only = far <= pts[0]["s"]
-        parts.append(f"agrees within {tol} " + (f"only at s = {far:g}" if only else
-                                                f"up to s ≈ {far:g}"))  # fmt: skip
+        parts.append(f"agrees within {tol} " + (f"only at s = {far:.3g}" if only else
+                                                f"up to s ≈ {far:.3g}"))  # fmt: skip
     after = [p for p in pts if far is None or p["s"] > far]
     sign = {id(p): departure(p["fit_error_lo"], p["fit_error_hi"]) for p in after}
     first_off = next((i for i, p in enumerate(after) if sign[id(p)]), len(after))
     undecided = [p["s"] for p in after[:first_off]]
     if undecided:
-        parts.append("is undecided at s = " + ", ".join(f"{s:g}" for s in undecided))
+        parts.append("is undecided at s = " + ", ".join(f"{s:.3g}" for s in undecided))
     for direction, word in ((-1, "under-predicts"), (1, "over-predicts")):
         off = [p for p in after if sign[id(p)] == direction]
         if not off:
             continue
-        span = f"by {_err(off[0])} at s = {off[0]['s']:g}"
+        span = f"by {_err(off[0])} at s = {off[0]['s']:.3g}"
         if len(off) > 1:
-            span += f" to {_err(off[-1])} at s = {off[-1]['s']:g}"
+            span += f" to {_err(off[-1])} at s = {off[-1]['s']:.3g}"
         parts.append(f"{word} {span}")
     if not any(sign.values()):
         parts.append(f"is not shown to miss by more than {tol} anywhere")
