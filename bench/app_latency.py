@@ -23,9 +23,8 @@ Plotly chart; see bench/appserver.py's RUN_COUNTER):
   app.py's first run in that session), as when a link is opened.
 - ``heatmap``: on Attention masks, a prompt never seen before typed and sent (Ctrl+Enter):
   the prompt fragment's run until its charts are redrawn; "new prompt" is the first one,
-  typed right after the page was reached, "another prompt" the next one (added in session
-  10, when 12 prompts in a row measured 0.35 s median and the first after a navigation
-  0.42: the browser is still busy with the page it just drew).
+  typed right after the page was reached, "another prompt" the next one (the first prompt
+  after a navigation meets the browser still busy with the page it just drew).
 
 Pass 0 runs right after the server started (the ``first`` column: Home is loaded, as a
 user arrives, then every other page is navigated to, then the heatmap); then ``--repeat``
@@ -36,15 +35,8 @@ the run's start (the browser's message and the server's queue), ``run`` the scri
 with its elements sent and laid out, ``draw`` from the run's end to the last chart change
 (usually 0: Chromium draws each chart as its element arrives, so ``run`` includes drawing).
 For the server's share alone (CPU seconds of each page script, load-robust), run
-bench/app_script_cpu.py on the same store.
-
-Measurement artefacts removed in session 8 (figures before it are not comparable):
-1. a fixed 300 ms sleep before every wait for the script to be idle (the count of finished
-   runs replaces it);
-2. every "render" was a full reload (page.goto), not a sidebar click (now both, in columns);
-3. with --repeat 2 the median mixed the cold first pass with one warm one (now the first
-   pass is its own column and the median is over --repeat >= 5 warm passes);
-4. the time was wall clock around Playwright's polling; now it is the browser's own stamps.
+bench/app_script_cpu.py on the same store. How the method changed over time, and which older
+figures are not comparable: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -141,9 +133,12 @@ def timing(page, t0_ms: float, after: int, timeout_ms: int = 600_000) -> Timing:
     draw = max(s["tDraw"] - s["tEnd"], 0.0) if s["tDraw"] > t0_ms else 0.0
     charts = page.locator(CHART).count()
     return Timing(
-        (end - t0_ms) / 1e3, (s["tStart"] - t0_ms) / 1e3, (s["tEnd"] - s["tStart"]) / 1e3,
-        draw / 1e3, charts,
-    )  # fmt: skip
+        (end - t0_ms) / 1e3,
+        (s["tStart"] - t0_ms) / 1e3,
+        (s["tEnd"] - s["tStart"]) / 1e3,
+        draw / 1e3,
+        charts,
+    )
 
 
 def load(page, url: str, name: str) -> Timing:
@@ -237,8 +232,10 @@ def framework_floor(repeat: int) -> tuple[float, float]:
 def print_table(cold: dict, warm: list[dict]) -> None:
     names = [*PAGES, HEATMAP, HEATMAP_NEXT, COMPARE, COMPARE_NEXT]
     width = max(len(k) for k in names)
-    print(f"{'seconds':{width}}  {'first':>6} {'median':>6} {'max':>6} {'load':>6}"
-          f"   {'ask':>5} {'run':>5} {'draw':>5} {'charts':>6}")  # fmt: skip
+    print(
+        f"{'seconds':{width}}  {'first':>6} {'median':>6} {'max':>6} {'load':>6}"
+        f"   {'ask':>5} {'run':>5} {'draw':>5} {'charts':>6}"
+    )
     for name in names:
         nav = [w["navigate"][name] for w in warm]
         loads = [w["load"][name].total for w in warm if name in w["load"]]
@@ -250,9 +247,11 @@ def print_table(cold: dict, warm: list[dict]) -> None:
             f"{load_s}   {med['ask']:5.2f} {med['run']:5.2f} {med['draw']:5.2f} "
             f"{nav[-1].charts:6d}"
         )
-    print(f"({len(warm)} warm passes; first = pass 0 right after the server started; "
-          f"load = the URL loaded anew, median; ask/run/draw = medians of the warm navigate; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")  # fmt: skip
+    print(
+        f"({len(warm)} warm passes; first = pass 0 right after the server started; "
+        f"load = the URL loaded anew, median; ask/run/draw = medians of the warm navigate; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+    )
 
 
 def main() -> None:
@@ -285,8 +284,10 @@ def main() -> None:
             print(f"server: {how}, healthy {timings['start_s']:.2f} s after launch")
         print_table(*measure(url.rstrip("/"), args.repeat))
     first, load_s = framework_floor(args.repeat)
-    print(f"reference, a one-line Streamlit app in a fresh Chromium: first {first:.2f} s, "
-          f"load {load_s:.2f} s (median of {max(args.repeat, 1)})")  # fmt: skip
+    print(
+        f"reference, a one-line Streamlit app in a fresh Chromium: first {first:.2f} s, "
+        f"load {load_s:.2f} s (median of {max(args.repeat, 1)})"
+    )
 
 
 if __name__ == "__main__":

@@ -74,8 +74,10 @@ def main() -> None:
     print(f"{'CPU seconds':{width}}  {'first':>6} {'warm':>6}")
     for name, ts in times.items():
         print(f"{name:{width}}  {ts[0]:6.2f} {statistics.median(ts[1:]):6.2f}")
-    print(f"(AppTest in one process; warm = median of {args.repeat} runs; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")  # fmt: skip
+    print(
+        f"(AppTest in one process; warm = median of {args.repeat} runs; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+    )
 
 
 if __name__ == "__main__":

@@ -59,7 +59,10 @@ RUN_COUNTER = """
   new MutationObserver((records) => {
     for (const r of records) {
       const el = r.target.nodeType === 1 ? r.target : r.target.parentElement;
-      if (el && el.closest("[data-testid=stPlotlyChart]")) { runs.tDraw = performance.now(); return; }
+      if (el && el.closest("[data-testid=stPlotlyChart]")) {
+        runs.tDraw = performance.now();
+        return;
+      }
     }
   }).observe(document, {subtree: true, childList: true, attributes: true});
 })();

@@ -1,6 +1,7 @@
 """Attention-matrix GD pruning (Paper B): which GD reading, against magnitude, Wanda, SparseGPT.
 
-    python bench/attention_gd.py [--sparsities 0.3 0.5 0.7] [--seeds 0 1 2] [--layers 15] [--ppl-sparsities 0.5]
+    python bench/attention_gd.py [--sparsities 0.3 0.5 0.7] [--seeds 0 1 2] [--layers 15]
+    [--ppl-sparsities 0.5]
         [--nsamples 4] [--seqlen 64] [--max-windows 16] [--steps 20] [--store DIR]
 
 Protocol. The embedded model; only q_proj/k_proj are pruned, everything else stays
@@ -12,9 +13,9 @@ and on 4 held-out C4 validation windows. The default is the configuration with t
 calibration error averaged over the sparsities (chosen before looking at held-out numbers);
 the table reports held-out mean ± std over seeds, the GD masks' agreement with the magnitude
 and Wanda masks, and seconds per layer. Then, for seed 0 only, perplexity (C4 validation,
---max-windows windows of 256, at --ppl-sparsities) of the chosen default and of the three baselines through the
-full pipeline (Q/K-only, all layers, sequential calibration; assumption checks off there), and
-the chosen default's seconds per layer on 8 × 256 tokens with and without the checks.
+--max-windows windows of 256, at --ppl-sparsities) of the chosen default and of the three baselines
+through the full pipeline (Q/K-only, all layers, sequential calibration; assumption checks off
+there), and the chosen default's seconds per layer on 8 × 256 tokens with and without the checks.
 """
 
 from __future__ import annotations
@@ -93,9 +94,19 @@ def gd_layer(lm, i: int, X, Wq, Wk, rope, s: float, opts: AttentionGDOptions):
         linears[role] = lin
     flat = X.reshape(-1, X.shape[-1])
     stats = LinearStats(flat.T @ flat, flat.shape[0])
-    ctx = LayerContext(i, ad.n_layers, ad.layers[i], ad, linears, {"q": stats, "k": stats},
-                       {"q": X}, {"q": s, "k": s}, "unstructured", torch.device("cpu"),
-                       None if rope is None else (rope[0][None], rope[1][None]))  # fmt: skip
+    ctx = LayerContext(
+        i,
+        ad.n_layers,
+        ad.layers[i],
+        ad,
+        linears,
+        {"q": stats, "k": stats},
+        {"q": X},
+        {"q": s, "k": s},
+        "unstructured",
+        torch.device("cpu"),
+        None if rope is None else (rope[0][None], rope[1][None]),
+    )
     reports = AttentionGD(opts).prune_layer(ctx)
     return (linears["q"].weight.detach(), linears["k"].weight.detach()), reports[0]
 
@@ -141,8 +152,9 @@ def main() -> None:
                     if name in BASELINES:
                         pruned = (baseline(name, Wq, X, s), baseline(name, Wk, X, s))
                     else:
-                        opts = AttentionGDOptions(**CONFIGS_ALL[name], steps=args.steps, checks="none",
-                                                  seed=seed)  # fmt: skip
+                        opts = AttentionGDOptions(
+                            **CONFIGS_ALL[name], steps=args.steps, checks="none", seed=seed
+                        )
                         pruned, rep = gd_layer(lm, i, X, Wq, Wk, pc.ropes[i], s, opts)
                         acc["agree_m"].append(rep.extra["agree_magnitude"])
                         acc["agree_w"].append(rep.extra["agree_wanda"])
@@ -153,33 +165,42 @@ def main() -> None:
                     acc["held"].append(attn_error(ph.X[i], (Wq, Wk), pruned, geo, ph.ropes[i], f))
                 row = {k: statistics.mean(v) if v else float("nan") for k, v in acc.items()}
                 res.setdefault((name, s), []).append(row)
-                print(f"  seed {seed} {s:.0%} {name}: calib {row['calib']:.4f} held {row['held']:.4f}"
-                      f" ({row['t']:.1f} s/layer)", flush=True)  # fmt: skip
+                print(
+                    f"  seed {seed} {s:.0%} {name}: calib {row['calib']:.4f} held {row['held']:.4f}"
+                    f" ({row['t']:.1f} s/layer)",
+                    flush=True,
+                )
 
     def avg(name: str, key: str) -> float:
         return statistics.mean(r[key] for s in args.sparsities for r in res[(name, s)])
 
     chosen = min(args.configs, key=lambda n: avg(n, "calib"))
     print()
-    print(f"model {args.model}; Q/K only; layers {args.layers} pruned layer-wise from dense inputs; "
-          f"calibration C4 train {args.nsamples} x {args.seqlen}, seeds {args.seeds}; held-out "
-          f"4 C4 validation windows of {args.seqlen}; GD cap {args.steps} steps, checks off")  # fmt: skip
-    head = (f"{'sparsity':>8}  {'configuration':<22}{'seeds':>6}{'calib err':>11}"
-            f"{'held-out err (mean ± std)':>27}{'agree mag':>10}{'agree wanda':>12}"
-            f"{'|M_T-M0|':>10}{'s/layer':>9}")  # fmt: skip
+    print(
+        f"model {args.model}; Q/K only; layers {args.layers} pruned layer-wise from dense inputs; "
+        f"calibration C4 train {args.nsamples} x {args.seqlen}, seeds {args.seeds}; held-out "
+        f"4 C4 validation windows of {args.seqlen}; GD cap {args.steps} steps, checks off"
+    )
+    head = (
+        f"{'sparsity':>8}  {'configuration':<22}{'seeds':>6}{'calib err':>11}"
+        f"{'held-out err (mean ± std)':>27}{'agree mag':>10}{'agree wanda':>12}"
+        f"{'|M_T-M0|':>10}{'s/layer':>9}"
+    )
     print(head)
     print("-" * len(head))
     for s in args.sparsities:
         for name in [*BASELINES, *args.configs]:
             rows = res[(name, s)]
             mark = " *" if name == chosen else ""
-            print(f"{s:>8.0%}  {(name + mark):<22}{len(rows):>6}"
-                  f"{statistics.mean(r['calib'] for r in rows):>11.4f}"
-                  f"{mean_std([r['held'] for r in rows]):>27}"
-                  f"{statistics.mean(r['agree_m'] for r in rows):>10.3f}"
-                  f"{statistics.mean(r['agree_w'] for r in rows):>12.3f}"
-                  f"{statistics.mean(r['delta'] for r in rows):>10.3f}"
-                  f"{statistics.mean(r['t'] for r in rows):>9.2f}")  # fmt: skip
+            print(
+                f"{s:>8.0%}  {(name + mark):<22}{len(rows):>6}"
+                f"{statistics.mean(r['calib'] for r in rows):>11.4f}"
+                f"{mean_std([r['held'] for r in rows]):>27}"
+                f"{statistics.mean(r['agree_m'] for r in rows):>10.3f}"
+                f"{statistics.mean(r['agree_w'] for r in rows):>12.3f}"
+                f"{statistics.mean(r['delta'] for r in rows):>10.3f}"
+                f"{statistics.mean(r['t'] for r in rows):>9.2f}"
+            )
     print()
     print(
         f"chosen default (lowest calibration attention error over sparsities): {chosen} "
@@ -193,7 +214,8 @@ def main() -> None:
         gd = statistics.mean(r["held"] for r in res[(chosen, s)])
         wa = statistics.mean(r["held"] for r in res[("wanda", s)])
         print(
-            f"{s:.0%}: lowest held-out attention error: {best}; chosen GD {gd:.4f} vs Wanda {wa:.4f}"
+            f"{s:.0%}: lowest held-out attention error: {best}; "
+            f"chosen GD {gd:.4f} vs Wanda {wa:.4f}"
         )
 
     if args.ppl_sparsities:
@@ -206,10 +228,14 @@ def perplexities(args, model, chosen: str, store) -> None:
     calib = CalibConfig(DataSpec("c4", "train", args.data_dir), args.nsamples, args.seqlen, 0)
     evalc = EvalConfig(DataSpec("c4", "validation", args.data_dir), 256, args.max_windows)
     print()
-    print(f"perplexity, seed 0, full pipeline (Q/K only, {model.name}), C4 validation "
-          f"{args.max_windows} x 256:")  # fmt: skip
-    print(f"{'sparsity':>8}  {'method':<22}{'ppl':>9}{'held-out err':>14}{'agree mag':>10}"
-          f"{'agree wanda':>12}{'gd verdict':>14}{'s/layer':>9}")  # fmt: skip
+    print(
+        f"perplexity, seed 0, full pipeline (Q/K only, {model.name}), C4 validation "
+        f"{args.max_windows} x 256:"
+    )
+    print(
+        f"{'sparsity':>8}  {'method':<22}{'ppl':>9}{'held-out err':>14}{'agree mag':>10}"
+        f"{'agree wanda':>12}{'gd verdict':>14}{'s/layer':>9}"
+    )
     dense = None
     for s in args.ppl_sparsities:
         for name in [chosen, *BASELINES]:
@@ -220,11 +246,15 @@ def perplexities(args, model, chosen: str, store) -> None:
                 prune = PruneConfig("attention-gd", s, targets="qk", options=tuple(opts.items()))
             m = run_prune(model, prune, calib, evalc, store)["metrics"]
             dense = m["dense_ppl"]
-            print(f"{s:>8.0%}  {name:<22}{m['ppl']:>9.3f}{m.get('attn_fro_rel_heldout', float('nan')):>14.4f}"
-                  f"{m.get('mask_agreement_magnitude', float('nan')):>10.3f}"
-                  f"{m.get('mask_agreement_wanda', float('nan')):>12.3f}"
-                  f"{m.get('gd_verdict', '-'):>14}{m['prune_seconds'] / m['model']['n_layers']:>9.2f}",
-                  flush=True)  # fmt: skip
+            held = m.get("attn_fro_rel_heldout", float("nan"))
+            print(
+                f"{s:>8.0%}  {name:<22}{m['ppl']:>9.3f}{held:>14.4f}"
+                f"{m.get('mask_agreement_magnitude', float('nan')):>10.3f}"
+                f"{m.get('mask_agreement_wanda', float('nan')):>12.3f}"
+                f"{m.get('gd_verdict', '-'):>14}"
+                f"{m['prune_seconds'] / m['model']['n_layers']:>9.2f}",
+                flush=True,
+            )
     print(f"dense ppl {dense:.3f}")
 
 

@@ -5,9 +5,10 @@
 First the demo set (core.demo) runs for real on ``--model`` (tiny-llama by default: every
 kind of run a page reads, in a few minutes on a CPU), unless the store already has finished
 runs or ``--seed-store`` names a store whose finished runs are copied instead (e.g. the
-demo set on the embedded model, as the browser test leaves it). Then finished runs are copied, round-robin, until the store holds ``--runs``
-runs: each copy is the same folder under a config with one extra key (``bench_copy``), so
-it has its own run id and is published with ``RunStore.import_run`` like a sweep worker's.
+demo set on the embedded model, as the browser test leaves it). Then finished runs are copied,
+round-robin, until the store holds ``--runs`` runs: each copy is the same folder under a config with
+one extra key (``bench_copy``), so it has its own run id and is published with
+``RunStore.import_run`` like a sweep worker's.
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ def copy_run(store: RunStore, run_id: str, k: int, scratch: Path) -> bool:
 
 def fill(store: RunStore, n_runs: int) -> int:
     """Copy finished runs round-robin until the store holds ``n_runs``; returns copies made."""
-    originals = [r.id for r in store.list(status="done") if "bench_copy" not in r.config.get(
-        "extra", {})]  # fmt: skip
+    originals = [
+        r.id for r in store.list(status="done") if "bench_copy" not in r.config.get("extra", {})
+    ]
     if not originals:
         raise RuntimeError(f"no finished run in {store.root} to copy")
     made, k = 0, len(store.list())

@@ -3,8 +3,8 @@
     python bench/eval_throughput.py [--model smollm2-135m] [--seqlen 512] [--windows 8]
                                     [--dtype float32] [--device auto] [--batch-size 4]
 
-Prints tokens/s of ``core.evaluation.perplexity.evaluate_perplexity``, the float32 GEMM rate measured
-in the same process, the model's forward FLOPs per token, and the ratio of achieved model
+Prints tokens/s of ``core.evaluation.perplexity.evaluate_perplexity``, the float32 GEMM rate
+measured in the same process, the model's forward FLOPs per token, and the ratio of achieved model
 FLOP/s to the GEMM rate (how close the forward pass runs to the machine's matmul peak).
 """
 
@@ -74,7 +74,8 @@ def main() -> None:
     achieved = fpt * res.tokens_per_s
     print(f"model {args.model} on {device} ({dtype}), threads {torch.get_num_threads()}")
     print(
-        f"corpus {spec.dataset}: {res.n_windows} windows x {res.seqlen} tokens, batch {args.batch_size}"
+        f"corpus {spec.dataset}: {res.n_windows} windows x {res.seqlen} tokens, "
+        f"batch {args.batch_size}"
     )
     print(f"{'perplexity':<34}{res.ppl:>12.4f}")
     print(f"{'eval tokens/s':<34}{res.tokens_per_s:>12.1f}")

@@ -58,16 +58,22 @@ def section_tests(args) -> dict:
     tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or [""]
     print(f"pytest -m cuda: exit {proc.returncode}: {tail[0]}")
     ok = proc.returncode in (0, 5)  # 5: no test collected (every CUDA test deselected)
-    return {"ok": ok, "returncode": proc.returncode, "summary": tail[0],
-            "seconds": time.perf_counter() - t0}  # fmt: skip
+    return {
+        "ok": ok,
+        "returncode": proc.returncode,
+        "summary": tail[0],
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def section_methods(args, device: torch.device, store: RunStore) -> dict:
     calib = CalibConfig(DataSpec("pydoc", "train"), nsamples=args.nsamples, seqlen=args.seqlen)
     ev = EvalConfig(DataSpec("pydoc", "test"), seqlen=args.seqlen, max_windows=args.windows)
     rows, ok = [], True
-    print(f"{'method':14s} {'ppl cpu':>10s} {'ppl ' + device.type:>10s} {'ratio-1':>8s} "
-          f"{'s cpu':>7s} {'s ' + device.type:>7s} {'GPU peak MiB':>13s}")  # fmt: skip
+    print(
+        f"{'method':14s} {'ppl cpu':>10s} {'ppl ' + device.type:>10s} {'ratio-1':>8s} "
+        f"{'s cpu':>7s} {'s ' + device.type:>7s} {'GPU peak MiB':>13s}"
+    )
     for method in available_methods():
         row: dict = {"method": method}
         try:
@@ -82,9 +88,11 @@ def section_methods(args, device: torch.device, store: RunStore) -> dict:
             row["gpu_peak_mb"] = gpu_mb(device)
             row["rel_diff"] = row["ppl_gpu"] / row["ppl_cpu"] - 1
             row["ok"] = abs(row["rel_diff"]) <= PPL_TOLERANCE
-            print(f"{method:14s} {row['ppl_cpu']:10.3f} {row['ppl_gpu']:10.3f} "
-                  f"{row['rel_diff']:+8.2%} {row['seconds_cpu']:7.1f} {row['seconds_gpu']:7.1f} "
-                  f"{row['gpu_peak_mb']:13.0f}")  # fmt: skip
+            print(
+                f"{method:14s} {row['ppl_cpu']:10.3f} {row['ppl_gpu']:10.3f} "
+                f"{row['rel_diff']:+8.2%} {row['seconds_cpu']:7.1f} {row['seconds_gpu']:7.1f} "
+                f"{row['gpu_peak_mb']:13.0f}"
+            )
         except Exception as exc:
             row.update(ok=False, error=f"{type(exc).__name__}: {exc}")
             print(f"{method:14s} FAILED {row['error']}")
@@ -95,8 +103,13 @@ def section_methods(args, device: torch.device, store: RunStore) -> dict:
 
 
 def section_streamed(args, device: torch.device, work: Path) -> dict:
-    cfg = llama_config(args.big_layers, args.big_hidden, args.big_intermediate, args.big_vocab,
-                       kv_heads=max(1, args.big_hidden // 64 // 8))  # fmt: skip
+    cfg = llama_config(
+        args.big_layers,
+        args.big_hidden,
+        args.big_intermediate,
+        args.big_vocab,
+        kv_heads=max(1, args.big_hidden // 64 // 8),
+    )
     dtype = torch.bfloat16
     t0 = time.perf_counter()
     total = write_random_model(work / "big", cfg, dtype)
@@ -109,8 +122,13 @@ def section_streamed(args, device: torch.device, work: Path) -> dict:
     gen = torch.Generator().manual_seed(0)
     calib = torch.randint(0, cfg.vocab_size, (args.nsamples, args.seqlen), generator=gen)
     windows = torch.randint(0, cfg.vocab_size, (args.windows, args.seqlen), generator=gen)
-    out: dict = {"weight_mb": total / 2**20, "layer_mb": layer_mb, "embed_mb": embed_mb,
-                 "n_params": total // 2, "build_seconds": built}  # fmt: skip
+    out: dict = {
+        "weight_mb": total / 2**20,
+        "layer_mb": layer_mb,
+        "embed_mb": embed_mb,
+        "n_params": total // 2,
+        "build_seconds": built,
+    }
     for phase in ("wanda", "eval"):
         reset_peak(device)
         t0 = time.perf_counter()
@@ -130,7 +148,8 @@ def section_streamed(args, device: torch.device, work: Path) -> dict:
     for phase in ("wanda", "eval"):
         peak = out[f"{phase}_gpu_peak_mb"]
         print(
-            f"  streamed {phase:5s}: peak GPU {peak:7.0f} MiB = {peak / layer_mb:5.2f} x one layer, "
+            f"  streamed {phase:5s}: peak GPU {peak:7.0f} MiB = "
+            f"{peak / layer_mb:5.2f} x one layer, "
             f"{peak / out['weight_mb']:6.1%} of the weights; {out[f'{phase}_seconds']:.1f} s"
         )
     finite = math.isfinite(out["ppl"])
@@ -173,7 +192,8 @@ def main(args) -> int:
     report["ok"] = all(v.get("ok") for v in report.values() if isinstance(v, dict))
     Path(args.out).write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(
-        f"\n{'PASS' if report['ok'] else 'FAIL'} in {report['seconds']:.0f} s; details in {args.out}"
+        f"\n{'PASS' if report['ok'] else 'FAIL'} in {report['seconds']:.0f} s; "
+        f"details in {args.out}"
     )
     return 0 if report["ok"] else 1
 

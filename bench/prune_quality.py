@@ -1,7 +1,8 @@
 """Pruning quality, speed and memory of magnitude / Wanda / SparseGPT (+ OWL) on one protocol.
 
     python bench/prune_quality.py [--model smollm2-135m] [--data-dir ../shared/data]
-                                  [--nsamples 32] [--seqlen 512] [--max-windows 64] [--only NAME ...]
+                                  [--nsamples 32] [--seqlen 512] [--max-windows 64] [--only NAME
+                                  ...]
 
 e.g. only SparseGPT: --only "sparsegpt 50%" "sparsegpt 50% exact" "sparsegpt 2:4"
 

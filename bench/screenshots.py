@@ -4,9 +4,9 @@
     python bench/screenshots.py --store ~/ps --skip-runs --out /tmp/shots
 
 Fills a results store with a few runs of ``--model`` (default smollm2-135m) using the 'quick'
-preset of core.settings.commands (the app's choice on a CPU), plus a SliceGPT sweep, then serves the app
-on that store and photographs every page in Debian's Chromium. Runs already in the store are reused (same config, same id).
-On a CPU this takes 15-25 minutes.
+preset of core.settings.commands (the app's choice on a CPU), plus a SliceGPT sweep, then serves the
+app on that store and photographs every page in Debian's Chromium. Runs already in the store are
+reused (same config, same id). On a CPU this takes 15-25 minutes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Which CPU-dependent step flips how many SparseGPT / Wanda mask entries (issue #29's step table).
+"""Which CPU-dependent step flips how many SparseGPT / Wanda mask entries (the step table of
+docs/benchmarks.md, "SparseGPT across CPUs").
 
 One-layer experiments on captured inputs, cheap enough to repeat under every MKL code path:
 
@@ -11,7 +12,8 @@ One-layer experiments on captured inputs, cheap enough to repeat under every MKL
 32 x 512, seed 0) and keeps, for decoder layer 0 and the last layer, the input of every
 linear (q/k/v share one, gate/up one) and the layer's weights. ``masks`` prunes those
 linears at 50% (unstructured and 2:4) from the saved inputs, once per variant of each step
-that may depend on the CPU, each with the thread counts given (``--threads 2 1``; the reference has 2):
+that may depend on the CPU, each with the thread counts given (``--threads 2 1``; the reference has
+2):
 
 - ``gram32``: Gram from one float32 product per sequence, summed in float64, handed over
   in float32 (the runner's statistics), then ``sparsegpt_prune`` as the code stands;

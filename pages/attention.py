@@ -119,10 +119,14 @@ def mask_view(run: Run, layer: int, head: int, kv_head: int, head_dim: int, stam
             cols = st.columns(4)
             for i, role in enumerate(("q", "k")):
                 if role in here.index:
-                    cols[2 * i].metric(f"W_{role.upper()} kept entries shared with magnitude",
-                                       f"{here.loc[role, 'agreement_magnitude']:.1%}")  # fmt: skip
-                    cols[2 * i + 1].metric(f"W_{role.upper()} kept entries shared with Wanda",
-                                           f"{here.loc[role, 'agreement_wanda']:.1%}")  # fmt: skip
+                    cols[2 * i].metric(
+                        f"W_{role.upper()} kept entries shared with magnitude",
+                        f"{here.loc[role, 'agreement_magnitude']:.1%}",
+                    )
+                    cols[2 * i + 1].metric(
+                        f"W_{role.upper()} kept entries shared with Wanda",
+                        f"{here.loc[role, 'agreement_wanda']:.1%}",
+                    )
             m = run.metrics
             st.caption(
                 "Attention-GD audit: fraction of this layer's GD keep mask that the magnitude / "
@@ -140,7 +144,8 @@ def error_view(
     same_model = [r for r in runs if r.model == run_rec.model]
     labels = {r.id: run_label(r) for r in same_model}
     series = {
-        r.id: f"{figures.series_name(r.method, r.pattern, None, False, _targets(r))} s={r.sparsity:g}"
+        r.id: f"{figures.series_name(r.method, r.pattern, None, False, _targets(r))} "
+        f"s={r.sparsity:g}"
         for r in same_model
     }
     if len(set(series.values())) < len(series):  # same method and sparsity twice: tell them apart
@@ -173,15 +178,24 @@ def error_view(
 
 @st.fragment
 def sections(
-    run_rec: RunRecord, run: Run, runs: list[RunRecord], stamps: dict[str, float], layer: int,
-    head: int, kv_head: int, head_dim: int,
-) -> None:  # fmt: skip
+    run_rec: RunRecord,
+    run: Run,
+    runs: list[RunRecord],
+    stamps: dict[str, float],
+    layer: int,
+    head: int,
+    kv_head: int,
+    head_dim: int,
+) -> None:
     """The prompt and the three sections, of which only the open tab runs: a fragment, so a
     new prompt or another tab reruns this part alone, and a new prompt costs one run's maps."""
     prompt = st.text_area(
-        "Prompt", DEFAULT_PROMPT, key="attn_prompt", max_chars=400,
+        "Prompt",
+        DEFAULT_PROMPT,
+        key="attn_prompt",
+        max_chars=400,
         help=f"the first {am.MAX_PROMPT_TOKENS} tokens are used; Ctrl+Enter applies it",
-    )  # fmt: skip
+    )
     section, pane = open_section([MAPS, ERRORS, MASKS], key="attn_section")
     with pane:
         if section == MASKS:

@@ -1,5 +1,5 @@
-"""Widgets drawn from the field table (core.settings.commands, core.settings.method_options): every form of the
-app (Prune, Sweeps) shows the same label, help, range and default for the same setting,
+"""Widgets drawn from the field table (core.settings.commands, core.settings.method_options): every
+form of the app (Prune, Sweeps) shows the same label, help, range and default for the same setting,
 and sends field values to the one request path (core.settings.request). Not a page itself.
 """
 
@@ -30,8 +30,8 @@ UPLOAD = "upload a text file"
 CORPUS_FIELDS = ("calib", "eval")
 PRESET_FIELDS = ("nsamples", "calib_seqlen", "seqlen", "max_windows")
 PRESET_HELP = (
-    "named sets of ordinary values (core.settings.commands): 'reference' is the protocol every default "
-    "follows (calibration 32 × 512 C4 train, every evaluation window); 'quick' keeps a CPU "
+    "named sets of ordinary values (core.settings.commands): 'reference' is the protocol every "
+    "default follows (calibration 32 × 512 C4 train, every evaluation window); 'quick' keeps a CPU "
     "run of the embedded model to minutes"
 )
 

@@ -1,4 +1,5 @@
-"""Paper B's attention-mask GD (core.evaluation.attention_ops, core.methods.attention_gd): papers.md §3, §7."""
+"""Paper B's attention-mask GD (core.evaluation.attention_ops, core.methods.attention_gd): papers.md
+§3, §7."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm()).item()
 
 
-# ---------------------------------------------------------------------------- core.evaluation.attention_ops
+# ---- core.evaluation.attention_ops ---------------------------------------------------------------
 
 
 def test_rope_adjoint_is_the_transpose_of_rope():
@@ -258,9 +259,12 @@ def fake_context(weight_dtype=torch.float32, with_v: bool = False) -> LayerConte
     gram = LinearStats(flat.T @ flat, flat.shape[0])
     cos, sin = rope_for(L, dtype=torch.float32)
     adapter = SimpleNamespace(  # the adapter verbs the method uses: a Llama-like layer
-        n_heads=4, n_kv_heads=2, head_dim=HEAD_DIM, hidden_size=D,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=HEAD_DIM,
+        hidden_size=D,
         qk_gains=lambda _layer: (None, None, 1e-6),
-    )  # fmt: skip
+    )
     return LayerContext(
         index=0,
         n_layers=1,
@@ -296,12 +300,32 @@ def test_method_prunes_q_and_k_exactly_and_fills_tables(weight_dtype, init):
         assert keep.dtype == torch.bool and keep.shape == W.shape
         assert torch.equal(W, dense[rep.role] * keep)  # kept weights are untouched
     traj, groups = ctx.tables["gd_trajectory"], ctx.tables["gd_groups"]
-    assert {"layer", "group", "matrix", "head", "step", "loss", "grad_norm", "step_size",
-            "lipschitz_est", "pl_ratio", "lam"} <= traj[0].keys()  # fmt: skip
+    assert {
+        "layer",
+        "group",
+        "matrix",
+        "head",
+        "step",
+        "loss",
+        "grad_norm",
+        "step_size",
+        "lipschitz_est",
+        "pl_ratio",
+        "lam",
+    } <= traj[0].keys()
     assert sorted(row["head"] for row in ctx.tables["gd_heads"]) == [0, 1, 2, 3]
     assert len(groups) == 2
-    assert {"verdict", "mu_hat", "L_star_lo", "L_star_hi", "lipschitz_hessian", "lipschitz_secant",
-            "lipschitz_bound", "mask_delta", "reason"} <= groups[0].keys()  # fmt: skip
+    assert {
+        "verdict",
+        "mu_hat",
+        "L_star_lo",
+        "L_star_hi",
+        "lipschitz_hessian",
+        "lipschitz_secant",
+        "lipschitz_bound",
+        "mask_delta",
+        "reason",
+    } <= groups[0].keys()
     assert groups[0]["verdict"] in ("supported", "contradicted", "inconclusive")
     summary = method.run_summary(ctx.tables)
     assert {"mask_agreement_magnitude", "mask_agreement_wanda", "gd_verdict"} <= summary.keys()

@@ -1,5 +1,6 @@
-"""Matched-budget comparison (core.analysis.budget): interpolation inside the covered range only, and a
-winner only when intervals separate (controls: clearly apart -> a winner, overlapping -> none)."""
+"""Matched-budget comparison (core.analysis.budget): interpolation inside the covered range only,
+and a winner only when intervals separate (controls: clearly apart -> a winner, overlapping ->
+none)."""
 
 from __future__ import annotations
 

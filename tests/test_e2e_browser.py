@@ -2,8 +2,8 @@
 
 Prunes tiny-llama from the Prune page, waits for the perplexity result, opens Attention
 masks and sees heatmaps, and triggers one bad input. Then, on a fresh store, "Populate
-every page" runs the demo set on the embedded model and every page must show a chart. Screenshots go to
-$PRUNESCOPE_SCREENSHOTS (default: a temp folder). Slow: run with ``make test``.
+every page" runs the demo set on the embedded model and every page must show a chart. Screenshots go
+to $PRUNESCOPE_SCREENSHOTS (default: a temp folder). Slow: run with ``make test``.
 """
 
 from __future__ import annotations
@@ -106,8 +106,15 @@ def test_prune_then_attention_then_a_bad_input(tmp_path, shots) -> None:
 
 
 # Pages that must show at least one chart once the demo set is in (url name -> title).
-DEMO_PAGES = ["Home", "Prune", "Representation dimension", "Attention masks",
-              "Assumption checks", "Compare", "Runs"]  # fmt: skip
+DEMO_PAGES = [
+    "Home",
+    "Prune",
+    "Representation dimension",
+    "Attention masks",
+    "Assumption checks",
+    "Compare",
+    "Runs",
+]
 PAGES_SLUG = {name: path or "home" for name, path in PAGES.items()}
 DEMO_TIMEOUT_S = 40 * 60
 # The embedded model is the test; tiny-llama checks the test itself in a minute or two.
@@ -148,8 +155,10 @@ def test_populate_every_page_then_every_page_has_a_chart(tmp_path, shots, record
         total = time.perf_counter() - t0
         record_property("demo_set_seconds", round(total, 1))
         load = os.getloadavg()[0]
-        print(f"\ndemo set on {DEMO_MODEL}: {total:.0f} s ({total / 60:.1f} min), "
-              f"{os.cpu_count()} CPUs, load average {load:.1f} at the end")  # fmt: skip
+        print(
+            f"\ndemo set on {DEMO_MODEL}: {total:.0f} s ({total / 60:.1f} min), "
+            f"{os.cpu_count()} CPUs, load average {load:.1f} at the end"
+        )
         for item in status.items:
             print(f"  {item.title:32s} {item.state:10s} {item.elapsed or 0:6.0f} s")
         assert [i.state for i in status.items] == ["done"] * len(status.items), status

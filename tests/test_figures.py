@@ -16,7 +16,7 @@ def traces(fig, kind: str | None = None) -> list:
     return [t for t in fig.data if kind is None or t.type == kind]
 
 
-# ---- block_average ---------------------------------------------------------------------------------
+# ---- block_average -------------------------------------------------------------------------------
 def test_block_average_small_is_unchanged() -> None:
     m = np.eye(4)
     dens, tile = figures.block_average(m, max_cells=16)
@@ -69,7 +69,7 @@ def test_mask_heatmap_is_bounded_and_titled() -> None:
     assert "50.0% kept" in fig.layout.title.text and "tiles" in fig.layout.title.text
 
 
-# ---- perplexity charts ------------------------------------------------------------------------------
+# ---- perplexity charts ---------------------------------------------------------------------------
 def test_ppl_vs_sparsity_one_line_per_series_and_dense_level() -> None:
     df = pd.DataFrame(
         {
@@ -170,7 +170,7 @@ def test_effdim_scatter_groups_methods_and_drops_missing() -> None:
     assert sliced.marker.symbol == "diamond" and list(sliced.x) == [200.0, 400.0]
 
 
-# ---- attention and GD ----------------------------------------------------------------------------------
+# ---- attention and GD ----------------------------------------------------------------------------
 def test_attention_heatmaps_three_panels_token_axes_causal_blank() -> None:
     L = 5
     dense = np.tril(np.ones((L, L)))
@@ -242,7 +242,7 @@ def test_gd_trajectories_panels_and_theory_lines() -> None:
     assert all(fig.layout[f"yaxis{i}"].type == "log" for i in ("", "2", "3", "4"))
 
 
-# ---- frames ---------------------------------------------------------------------------------------------
+# ---- frames --------------------------------------------------------------------------------------
 def test_compare_frame_keeps_finished_prunes_and_names_series() -> None:
     runs = pd.DataFrame(
         {

@@ -38,7 +38,7 @@ def wait(store: RunStore, job_id: str, timeout: float = 120.0) -> jobs.JobStatus
     raise TimeoutError(f"job {job_id} still {status.state} after {timeout} s")
 
 
-# ---- pure parts -------------------------------------------------------------------------------------
+# ---- pure parts ----------------------------------------------------------------------------------
 def test_form_values_are_typed_like_flags() -> None:
     v = requests.values_of("prune", {"max_windows": "16", "sparsity": 0.5, "option": "lam=0.1"})
     assert v["max_windows"] == 16 and v["sparsity"] == 0.5 and v["option"] == ["lam=0.1"]
@@ -96,7 +96,7 @@ def test_read_progress_skips_old_and_broken_lines(tmp_path) -> None:
     assert [e["stage"] for e in jobs.read_progress(path, since=2)] == ["b"]
 
 
-# ---- validation before launch ----------------------------------------------------------------------------
+# ---- validation before launch --------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("change", "message"),
     [

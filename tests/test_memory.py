@@ -1,4 +1,5 @@
-"""core.machine.process_memory: the pruning phase's budget arithmetic and the glibc helpers (no-ops elsewhere)."""
+"""core.machine.process_memory: the pruning phase's budget arithmetic and the glibc helpers (no-ops
+elsewhere)."""
 
 from __future__ import annotations
 

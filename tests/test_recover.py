@@ -90,8 +90,15 @@ def test_lora_merged_without_the_mask_loses_zeros(tmp_path):
         p.requires_grad_(False)
     params = add_lora(lm.model, list(linears), 8, 16.0, 0, master=False)
     rc = _rc(LORA)
-    train(lm.model, params, _windows(8), _windows(2, 1), rc, torch.device("cpu"),
-          Checkpoint(tmp_path, "k"))  # fmt: skip
+    train(
+        lm.model,
+        params,
+        _windows(8),
+        _windows(2, 1),
+        rc,
+        torch.device("cpu"),
+        Checkpoint(tmp_path, "k"),
+    )
     merge_lora(lm.model)
     assert not held.same_as(linears)
     held.apply(linears)
@@ -110,8 +117,9 @@ def test_masked_finetune_never_makes_a_pruned_weight_nonzero(tmp_path):
 
     rc = _rc(MASKED, lr=1e-2)
     ck = Checkpoint(tmp_path, "k")
-    res = finetune(lm.model, linears, held, _windows(8), _windows(2, 1), rc, torch.device("cpu"),
-                   ck, check)  # fmt: skip
+    res = finetune(
+        lm.model, linears, held, _windows(8), _windows(2, 1), rc, torch.device("cpu"), ck, check
+    )
     assert kept_each_step == [True] * rc.steps and res.zero_set_kept
     assert res.trained_params == sum(w.numel() for w in before.values())
     moved = sum(int((lin.weight != before[n]).sum()) for n, lin in linears.items())
@@ -190,8 +198,9 @@ def _rows(store):
 
 def test_bad_parents_and_steps_are_refused_and_store_nothing(store, wanda_run):
     dense = store.get(store.load(wanda_run).metrics["dense_run"]).id
-    streamed = RunConfig("prune", dataclasses.replace(MODEL, stream=True), EVAL, CALIB,
-                         PruneConfig("wanda", 0.5))  # fmt: skip
+    streamed = RunConfig(
+        "prune", dataclasses.replace(MODEL, stream=True), EVAL, CALIB, PruneConfig("wanda", 0.5)
+    )
     with store.begin(streamed) as w:
         w.commit({"ppl": 1.0})
     before = _rows(store)

@@ -1,6 +1,7 @@
 """Layer-at-a-time for real (issue #16): a model folder streamed from safetensors gives the
-same masks as the in-memory model and its perplexities to float tolerance, holds one decoder layer's weights at a
-time, writes a folder plain transformers reloads, and leaves nothing behind when it fails."""
+same masks as the in-memory model and its perplexities to float tolerance, holds one decoder layer's
+weights at a time, writes a folder plain transformers reloads, and leaves nothing behind when it
+fails."""
 
 import pytest
 import torch

@@ -1,5 +1,5 @@
-"""The teaching views' numbers (core.analysis.teaching) and the controls' curves: the relation read at
-any s beside the nearest measured point, runs placed by what they keep, a winner only with
+"""The teaching views' numbers (core.analysis.teaching) and the controls' curves: the relation read
+at any s beside the nearest measured point, runs placed by what they keep, a winner only with
 intervals, and GD paths that look as the assumption says (quadratic) or does not (x⁴,
 |x − ½|^{3/2})."""
 
@@ -47,10 +47,16 @@ def test_slice_point_never_extrapolates_what_it_kept() -> None:
 
 def record(kind: str, method: str, summary: dict, **kw) -> SimpleNamespace:
     return SimpleNamespace(
-        id=kw.get("id", method), kind=kind, status=kw.get("status", "done"), method=method,
-        pattern=kw.get("pattern", "unstructured"), model="m", sparsity=0.5, summary=summary,
+        id=kw.get("id", method),
+        kind=kind,
+        status=kw.get("status", "done"),
+        method=method,
+        pattern=kw.get("pattern", "unstructured"),
+        model="m",
+        sparsity=0.5,
+        summary=summary,
         config={"prune": {"targets": kw.get("targets", "all")}},
-    )  # fmt: skip
+    )
 
 
 def test_budget_points_from_the_index_alone() -> None:
@@ -70,9 +76,12 @@ def test_budget_points_from_the_index_alone() -> None:
 
 def test_no_winner_without_intervals_and_one_with_clear_intervals() -> None:
     base = pd.DataFrame(
-        {"series": ["a", "a", "b", "b"], "kept_params": [0.9, 0.6] * 2,
-         "ppl": [20.0, 40.0, 30.0, 60.0]}
-    )  # fmt: skip
+        {
+            "series": ["a", "a", "b", "b"],
+            "kept_params": [0.9, 0.6] * 2,
+            "ppl": [20.0, 40.0, 30.0, 60.0],
+        }
+    )
     wide, wins = matched_summary(base, "kept_params")
     assert (
         wide.loc[0.9, "a"] == pytest.approx(20.0) and wins == {}

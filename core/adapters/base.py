@@ -238,14 +238,21 @@ class ModelAdapter:
         return None
 
     def attention_form(self, index: int) -> dict[str, Any]:
-        """What layer ``index`` adds to q·kᵀ/√d_h, as ``core.evaluation.attention_ops.QKForm`` fields: q/k
-        biases, q/k norm gains and ε, the scale and the sliding window."""
+        """What layer ``index`` adds to q·kᵀ/√d_h, as ``core.evaluation.attention_ops.QKForm``
+        fields: q/k biases, q/k norm gains and ε, the scale and the sliding window."""
         layer = self.layers[index]
         lin = self.linears(layer, ("q", "k"))
         q_gain, k_gain, eps = self.qk_gains(layer)
         bias = {r: None if lin[r].bias is None else lin[r].bias.detach() for r in ("q", "k")}
-        return {"bq": bias["q"], "bk": bias["k"], "q_gain": q_gain, "k_gain": k_gain,
-                "eps": eps, "scale": self.attention_scale, "window": self.layer_window(index)}  # fmt: skip
+        return {
+            "bq": bias["q"],
+            "bk": bias["k"],
+            "q_gain": q_gain,
+            "k_gain": k_gain,
+            "eps": eps,
+            "scale": self.attention_scale,
+            "window": self.layer_window(index),
+        }
 
     def position_embeddings(
         self, hidden: torch.Tensor, position_ids: torch.Tensor, layer: int = 0

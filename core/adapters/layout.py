@@ -21,8 +21,8 @@ class Layout:
     that order); attn_norm / mlp_norm: the norms before the attention and the MLP; final_norm:
     the norm after the last layer, an attribute of the layer stack; norm: the norm kind
     (``traits.NORM_KINDS``); post_norms: the norms on the attention and the MLP output
-    before the residual add (Gemma-3), None where there are none; fixed: traits every model of the family has, whatever its config
-    says, as ``Traits`` field -> value (Qwen2: q/k/v biases).
+    before the residual add (Gemma-3), None where there are none; fixed: traits every model of the
+    family has, whatever its config says, as ``Traits`` field -> value (Qwen2: q/k/v biases).
     """
 
     paths: Mapping[str, str]

@@ -22,8 +22,12 @@ from core.models.layer_inputs import linear_inputs
 
 def form(adapter: ModelAdapter, index: int) -> QKForm:
     """Layer ``index``'s biases, q/k norms, scale and window, on the CPU in float32."""
-    return QKForm(**{k: v.detach().float().cpu() if isinstance(v, torch.Tensor) else v
-                     for k, v in adapter.attention_form(index).items()})  # fmt: skip
+    return QKForm(
+        **{
+            k: v.detach().float().cpu() if isinstance(v, torch.Tensor) else v
+            for k, v in adapter.attention_form(index).items()
+        }
+    )
 
 
 @dataclass

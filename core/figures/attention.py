@@ -82,7 +82,7 @@ def mask_heatmap(
     return layout(fig, f"{title}: {kept:.1%} kept{tiled}", height=380)
 
 
-# ---- attention ------------------------------------------------------------------------------------
+# ---- attention -----------------------------------------------------------------------------------
 def _token_axis(tokens: Sequence[str], max_ticks: int = 24) -> dict:
     """Tick values/labels at token positions (numeric axis, so repeated tokens stay apart).
 
@@ -111,8 +111,10 @@ def _label_margins(labels: Sequence[str]) -> dict:
     at -60°), so the axes need no automargin: with it (the template's default) Plotly draws
     the figure, measures every label, pushes the margins and draws it again."""
     longest = max((len(t) for t in labels), default=1)
-    return dict(l=round(min(30 + CHAR_PX * longest, 160)),
-                b=round(min(30 + CHAR_PX * longest * ROTATION, 140)))  # fmt: skip
+    return dict(
+        l=round(min(30 + CHAR_PX * longest, 160)),
+        b=round(min(30 + CHAR_PX * longest * ROTATION, 140)),
+    )
 
 
 def attention_heatmaps(
@@ -149,20 +151,47 @@ def attention_heatmaps(
         x0 = i * (width + PANEL_GAP)
         data.append(
             dict(
-                type="heatmap", z=z.astype(WIRE), x=pos, y=pos, xaxis=f"x{n}", yaxis=f"y{n}",
-                colorscale=scale, zmin=zmin, zmax=zmax, showscale=cbx is not None,
+                type="heatmap",
+                z=z.astype(WIRE),
+                x=pos,
+                y=pos,
+                xaxis=f"x{n}",
+                yaxis=f"y{n}",
+                colorscale=scale,
+                zmin=zmin,
+                zmax=zmax,
+                showscale=cbx is not None,
                 hovertemplate="query %{y}<br>key %{x}<br>%{z:.4f}<extra></extra>",
                 **({"colorbar": dict(x=cbx, len=0.9, thickness=12)} if cbx else {}),
             )
-        )  # fmt: skip
-        axes[f"xaxis{n}"] = dict(domain=[round(x0, 6), round(min(x0 + width, 1.0), 6)],
-                                 anchor=f"y{n}", automargin=False, **ticks)  # fmt: skip
+        )
+        axes[f"xaxis{n}"] = dict(
+            domain=[round(x0, 6), round(min(x0 + width, 1.0), 6)],
+            anchor=f"y{n}",
+            automargin=False,
+            **ticks,
+        )
         # the three panels share their query axis: its labels once, at the left
-        axes[f"yaxis{n}"] = dict(domain=[0.0, 1.0], anchor=f"x{n}", autorange="reversed",
-                                 showticklabels=i == 0, automargin=False,
-                                 **{**ticks, "tickangle": 0})  # fmt: skip
-        titles.append(dict(text=PANELS[i], x=x0 + width / 2, y=1.0, xref="paper", yref="paper",
-                           xanchor="center", yanchor="bottom", showarrow=False))  # fmt: skip
+        axes[f"yaxis{n}"] = dict(
+            domain=[0.0, 1.0],
+            anchor=f"x{n}",
+            autorange="reversed",
+            showticklabels=i == 0,
+            automargin=False,
+            **{**ticks, "tickangle": 0},
+        )
+        titles.append(
+            dict(
+                text=PANELS[i],
+                x=x0 + width / 2,
+                y=1.0,
+                xref="paper",
+                yref="paper",
+                xanchor="center",
+                yanchor="bottom",
+                showarrow=False,
+            )
+        )
     fig = go.Figure(dict(data=data, layout=dict(annotations=titles, **axes)))
     fig = layout(fig, title, height=460)
     fig.layout.margin.update(_label_margins(ticks["ticktext"]))

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from core.figures.style import LOG_AXIS, PALETTE, axis_suffix, empty_figure, layout, level
 
-# ---- Paper B: GD trajectories ---------------------------------------------------------------------
+# ---- Paper B: GD trajectories --------------------------------------------------------------------
 TRAJECTORY_PANELS = (
     ("loss", "loss L(M_t)"),
     ("grad_norm", "‖∇L(M_t)‖"),
@@ -38,8 +38,17 @@ def _panel_axes(k: int) -> dict:
 def _panel_title(k: int, text: str) -> dict:
     """A panel's title above its plot, as make_subplots places it."""
     row, col = divmod(k, 2)
-    return dict(text=text, x=sum(COLUMNS[col]) / 2, y=ROWS[row][1], xref="paper", yref="paper",
-                xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=16))  # fmt: skip
+    return dict(
+        text=text,
+        x=sum(COLUMNS[col]) / 2,
+        y=ROWS[row][1],
+        xref="paper",
+        yref="paper",
+        xanchor="center",
+        yanchor="bottom",
+        showarrow=False,
+        font=dict(size=16),
+    )
 
 
 def gd_trajectories(
@@ -70,10 +79,20 @@ def gd_trajectories(
             continue
         for i, (name, g) in enumerate(groups):
             y = g[col].where(g[col] > 0)  # log axis: drop zeros / NaN
-            data.append(dict(type="scatter", x=g["step"].to_numpy(), y=y.to_numpy(), mode="lines",
-                             name=str(name), legendgroup=str(name), showlegend=k == 0,
-                             line=dict(color=PALETTE[i % len(PALETTE)], width=1.6),
-                             xaxis=f"x{n}", yaxis=f"y{n}"))  # fmt: skip
+            data.append(
+                dict(
+                    type="scatter",
+                    x=g["step"].to_numpy(),
+                    y=y.to_numpy(),
+                    mode="lines",
+                    name=str(name),
+                    legendgroup=str(name),
+                    showlegend=k == 0,
+                    line=dict(color=PALETTE[i % len(PALETTE)], width=1.6),
+                    xaxis=f"x{n}",
+                    yaxis=f"y{n}",
+                )
+            )
         for j, (label, value) in enumerate((theory or {}).get(col, {}).items()):
             if value is not None and np.isfinite(value) and value > 0:
                 line = level(value, *steps, f"{label} = {value:.3g}", ["black", "gray"][j % 2])

@@ -213,8 +213,9 @@ DIM_KEY = re.compile(r"^(eff_?dim_)?(mean_|final_)?(pca\d+|erank|erank_sv|erank_
 
 
 def is_dim_key(name: str) -> bool:
-    """Whether a metric / column names an effective dimension: core.analysis.relation's pca99, pca90,
-    erank, erank_sv and erank_c, optionally prefixed mean_ / final_ and effdim_ (run metrics)."""
+    """Whether a metric / column names an effective dimension: core.analysis.relation's pca99,
+    pca90, erank, erank_sv and erank_c, optionally prefixed mean_ / final_ and effdim_ (run
+    metrics)."""
     return str(name).startswith("eff_dim") or bool(DIM_KEY.match(str(name)))
 
 

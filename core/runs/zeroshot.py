@@ -1,5 +1,5 @@
-"""The 'zeroshot' run kind: zero-shot accuracy (lm-eval scoring, core.evaluation.accuracy) of a dense
-model or of a stored run's model, and the accuracy prune/slice runs record beside perplexity.
+"""The 'zeroshot' run kind: zero-shot accuracy (lm-eval scoring, core.evaluation.accuracy) of a
+dense model or of a stored run's model, and the accuracy prune/slice runs record beside perplexity.
 """
 
 from __future__ import annotations

@@ -348,8 +348,8 @@ COMMANDS: dict[str, tuple[Field, ...]] = {
 }
 
 # Named sets of ordinary field values. "quick" keeps a run of the embedded model to minutes
-# on a CPU; "demo" (short evaluation windows) to about a minute (the demo set, core.demo); "reference" is the protocol
-# every default follows.
+# on a CPU; "demo" (short evaluation windows) to about a minute (the demo set, core.demo);
+# "reference" is the protocol every default follows.
 PRESETS: dict[str, dict[str, Any]] = {
     "reference": {},
     "quick": {"nsamples": 16, "seqlen": 256, "calib_seqlen": 256, "max_windows": 16},

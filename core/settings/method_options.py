@@ -4,9 +4,9 @@ choices, and whether the option is an expert's (drawn in an expander).
 Nothing is repeated here: each method's options dataclass (``Method.options_cls``) declares
 every option once, with ``core.settings.field.option``: its name, type (the field kind), default and
 words. So the form, the CLI's ``--option KEY=VALUE`` and the resolved config agree, and a
-new option is one line in its method's module. ``option_pairs`` turns widget values back into the KEY=VALUE list
-the one request path (``core.settings.request``) reads; values at their default are left out, since
-the config fills them anyway (the run id does not change).
+new option is one line in its method's module. ``option_pairs`` turns widget values back into the
+KEY=VALUE list the one request path (``core.settings.request``) reads; values at their default are
+left out, since the config fills them anyway (the run id does not change).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def option_fields(method: str) -> tuple[Field, ...]:
         w = f.metadata.get(WORDS)
         if w is None:
             raise ConfigError(
-                f"option {f.name!r} of {cls.name} has no label (declare it with core.settings.field.option)"
+                f"option {f.name!r} of {cls.name} has no label "
+                "(declare it with core.settings.field.option)"
             )
         kind = _kind(types[f.name])
         choices = w.limits if kind == CHOICE else None

@@ -252,9 +252,17 @@ def _plan_recover(v: Mapping[str, Any], store: RunStore | None) -> RunConfig:
         _, src = parent_of_recovery(store, RecoverConfig(v["run"], 1))
         seed = (src.calib.seed if src.calib is not None else 0) + 1
     rc = RecoverConfig(
-        v["run"], v["steps"], v["method"], v["rank"], v["alpha"], v["lr"], v["batch_size"],
-        v["every"], v["curve_windows"], seed,
-    )  # fmt: skip
+        v["run"],
+        v["steps"],
+        v["method"],
+        v["rank"],
+        v["alpha"],
+        v["lr"],
+        v["batch_size"],
+        v["every"],
+        v["curve_windows"],
+        seed,
+    )
     data = data_spec(v["calib"], None, v["data_dir"], "calib")
     calib = CalibConfig(data, v["nsamples"], v["calib_seqlen"], seed)
     return plan_recover(store, rc, calib, zeroshot_config(v))

@@ -1,5 +1,6 @@
 """The axes of a sweep as fields (methods, sparsities, patterns, allocations, calibration
-seeds), and the calibration a sweep defaults to; core.settings.commands adds them to the sweep command."""
+seeds), and the calibration a sweep defaults to; core.settings.commands adds them to the sweep
+command."""
 
 from __future__ import annotations
 

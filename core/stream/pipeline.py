@@ -54,9 +54,9 @@ class StreamedRun:
 
 def model_folder(name: str | Path, revision: str | None = None) -> Path:
     """The safetensors folder of a model name: a local folder as it is, the embedded model's
-    converted copy (any packaged GGUF model), or a Hugging Face id's snapshot (safetensors, configs and tokenizer files
-    only; downloaded once into the Hub cache). The tiny models have no files: save one with
-    ``build_tiny_model(...).save_pretrained(folder)``."""
+    converted copy (any packaged GGUF model), or a Hugging Face id's snapshot (safetensors, configs
+    and tokenizer files only; downloaded once into the Hub cache). The tiny models have no files:
+    save one with ``build_tiny_model(...).save_pretrained(folder)``."""
     path = Path(name).expanduser()
     if path.is_dir():
         return path

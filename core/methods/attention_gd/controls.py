@@ -67,10 +67,16 @@ def controls() -> list[dict[str, Any]]:
     for name, f, seed, steps, expected, truth in cases():
         obj = AutogradObjective(f)
         out = check_assumptions(obj, descend(obj, _start(seed), steps), power_iters=40)
-        rows.append({
-            "control": name, "expected": expected, "verdict": out["verdict"],
-            "mu_hat": out["mu_hat"], "lipschitz_hessian": out["lipschitz_hessian"],
-            "mu_true": truth[0] if truth else float("nan"),
-            "L_true": truth[1] if truth else float("nan"), "reason": out["reason"],
-        })  # fmt: skip
+        rows.append(
+            {
+                "control": name,
+                "expected": expected,
+                "verdict": out["verdict"],
+                "mu_hat": out["mu_hat"],
+                "lipschitz_hessian": out["lipschitz_hessian"],
+                "mu_true": truth[0] if truth else float("nan"),
+                "L_true": truth[1] if truth else float("nan"),
+                "reason": out["reason"],
+            }
+        )
     return rows

@@ -189,14 +189,18 @@ def check_assumptions(
     star_lo = max(lower_bound, star_hi - gain)
     unc = star_hi - star_lo
     floor = max(4 * unc, rel_floor * max(abs(star_hi), max(finite) - star_hi, 1e-300))
-    elig = [(v - star_hi, v - star_lo, gn) for v, gn in zip(vals, gns, strict=True)
-            if math.isfinite(v) and v - star_hi > floor]  # fmt: skip
+    elig = [
+        (v - star_hi, v - star_lo, gn)
+        for v, gn in zip(vals, gns, strict=True)
+        if math.isfinite(v) and v - star_hi > floor
+    ]
     stuck = any(gn == 0.0 for _, _, gn in elig)
     ratios_lo = [0.5 * gn**2 / g_lo for _, g_lo, gn in elig]
     elig.sort()
     near = elig[: max(4, len(elig) // 2)]
-    pl_slope, pl_r2, pl_dec = _fit([g for g, _, _ in near], [0.5 * gn**2 / g for g, _, gn in near
-                                                              if gn > 0] or [1.0])  # fmt: skip
+    pl_slope, pl_r2, pl_dec = _fit(
+        [g for g, _, _ in near], [0.5 * gn**2 / g for g, _, gn in near if gn > 0] or [1.0]
+    )
     if len(near) != sum(gn > 0 for _, _, gn in near):
         pl_slope, pl_r2, pl_dec = math.nan, math.nan, 0.0
     # Smoothness: Hessian at iterates spread geometrically along the judged run.
@@ -212,8 +216,11 @@ def check_assumptions(
     }
     # Curvature estimates (Hessian and secants) against the gap of the point they belong to.
     curv = [(t, h) for t, h in hess.items()] + list(secants.items())
-    h_pts = [(judged.values[t] - star_hi, h) for t, h in curv
-             if judged.values[t] - star_hi > floor and h > 0]  # fmt: skip
+    h_pts = [
+        (judged.values[t] - star_hi, h)
+        for t, h in curv
+        if judged.values[t] - star_hi > floor and h > 0
+    ]
     h_slope, h_r2, h_dec = _fit([g for g, _ in h_pts], [h for _, h in h_pts])
     h_growth = (max(h for _, h in h_pts) / min(h for _, h in h_pts)) if h_pts else math.nan
     lip_hess = max(hess.values(), default=math.nan)
@@ -240,9 +247,13 @@ def check_assumptions(
     if reasons:
         verdict = "contradicted"
     elif (
-        len(elig) >= 6 and gap_dec >= 1.0 and mu_hat > 0 and math.isfinite(lip_hat)
-        and not (pl_slope >= PL_SLOPE) and unc <= 0.5 * median_gap
-    ):  # fmt: skip
+        len(elig) >= 6
+        and gap_dec >= 1.0
+        and mu_hat > 0
+        and math.isfinite(lip_hat)
+        and not (pl_slope >= PL_SLOPE)
+        and unc <= 0.5 * median_gap
+    ):
         verdict = "supported"
         reasons.append("μ̂ > 0 and L̂ finite over the sampled points")
     else:

@@ -250,8 +250,9 @@ class GroupProblem:
     def reference_loss_and_grad(self, Mq: Tensor, Mk: Tensor, lam: float) -> LossGrad:
         """Reference for ``loss_and_grad``: the loss written directly from the module
         docstring's formula (one sequence at a time, the dense targets recomputed, no fused
-        steps, the shared ``core.evaluation.attention_ops.head_attention`` forward) and differentiated by
-        torch.autograd. It shares only the cast inputs. Slow; tests and benchmarks."""
+        steps, the shared ``core.evaluation.attention_ops.head_attention`` forward) and
+        differentiated by torch.autograd. It shares only the cast inputs. Slow; tests and
+        benchmarks."""
         Mq = Mq.detach().to(self.Wq.dtype).requires_grad_(True)
         Mk = Mk.detach().to(self.Wq.dtype).requires_grad_(True)
         with torch.enable_grad():

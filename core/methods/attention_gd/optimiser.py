@@ -169,14 +169,38 @@ def gd_prune_group(
         g_k = ev.grad_k.square().sum()
         pen_q = 0.5 * lam * Mq.square().sum((1, 2))
         base = {"step": step_no, "step_size": eta, "lam": lam}
-        rows.append({**base, "matrix": "group", "head": -1, "loss": ev.loss.item(),
-                     "data_loss": ev.data.sum().item(), "grad_norm": math.sqrt((g_q.sum() + g_k).item()),
-                     "lipschitz_est": secant})  # fmt: skip
+        rows.append(
+            {
+                **base,
+                "matrix": "group",
+                "head": -1,
+                "loss": ev.loss.item(),
+                "data_loss": ev.data.sum().item(),
+                "grad_norm": math.sqrt((g_q.sum() + g_k).item()),
+                "lipschitz_est": secant,
+            }
+        )
         for h in range(len(g_q)):
-            rows.append({**base, "matrix": "q", "head": h, "data_loss": ev.data[h].item(),
-                         "loss": (ev.data[h] + pen_q[h]).item(), "grad_norm": g_q[h].sqrt().item()})  # fmt: skip
-        rows.append({**base, "matrix": "k", "head": -1, "data_loss": ev.data.sum().item(),
-                     "loss": ev.loss.item() - pen_q.sum().item(), "grad_norm": g_k.sqrt().item()})  # fmt: skip
+            rows.append(
+                {
+                    **base,
+                    "matrix": "q",
+                    "head": h,
+                    "data_loss": ev.data[h].item(),
+                    "loss": (ev.data[h] + pen_q[h]).item(),
+                    "grad_norm": g_q[h].sqrt().item(),
+                }
+            )
+        rows.append(
+            {
+                **base,
+                "matrix": "k",
+                "head": -1,
+                "data_loss": ev.data.sum().item(),
+                "loss": ev.loss.item() - pen_q.sum().item(),
+                "grad_norm": g_k.sqrt().item(),
+            }
+        )
         if options.checks != "none":
             run.values.append(ev.loss.item())
             run.grad_norms.append(math.sqrt((g_q.sum() + g_k).item()))
@@ -226,8 +250,9 @@ def gd_prune_group(
             record()
             if abs(prev - ev.loss.item()) <= options.tol * abs(prev):
                 break
-    return GroupResult(Mq, Mk, first_q, first_k, problem, lam, rows, run, evals,
-                       time.perf_counter() - start)  # fmt: skip
+    return GroupResult(
+        Mq, Mk, first_q, first_k, problem, lam, rows, run, evals, time.perf_counter() - start
+    )
 
 
 class GroupObjective:

@@ -75,7 +75,7 @@ def _fold_into(lin: nn.Linear, gamma: torch.Tensor, beta: torch.Tensor | None) -
     to land in; the head gets one (``SliceSpec.head_bias``), other linears must have it."""
     W = lin.weight.detach()
     if beta is not None and bool(beta.abs().max() > 0):
-        # float64 copy only here: a 32k x 1024 head's is 250 MiB (peak memory, issue #16)
+        # float64 copy only here: a 32k x 1024 head's is 250 MiB
         shift = W.double() @ beta.double().to(W.device)  # (out,)
         if lin.bias is None:
             lin.bias = nn.Parameter(shift.to(W.dtype), requires_grad=False)

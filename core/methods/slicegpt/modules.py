@@ -154,7 +154,7 @@ def map_rows(W: torch.Tensor, fn, chunk: int = ROW_CHUNK, inplace: bool = False)
     The float64 products of a 128k-vocabulary embedding or head would otherwise take several
     times the matrix's own bytes at once; row blocks of a matrix product are independent.
     inplace (fn keeps the width): each block's result overwrites its rows of W, so no second
-    matrix exists (a 32k x 1024 head is 125 MiB; peak memory, issue #16).
+    matrix exists (a 32k x 1024 head is 125 MiB in float32).
     """
     if inplace:
         for start in range(0, W.shape[0], chunk):
@@ -172,7 +172,7 @@ def map_rows_narrowing(W: torch.Tensor, fn, chunk: int = ROW_CHUNK) -> torch.Ten
     """``map_rows`` for an fn that narrows rows (R, d) -> (R, d′ ≤ d), written over W's own
     storage: block [a, b) lands on elements [a·d′, b·d′), which hold only rows already read
     (b·d′ ≤ b·d), so no second matrix is allocated (a 32k-vocabulary embedding or head:
-    94 MiB; peak memory, issue #16). Returns the (R, d′) view; W must not be used after."""
+    94 MiB). Returns the (R, d′) view; W must not be used after."""
     if not W.is_contiguous():
         return map_rows(W, fn, chunk)
     flat = W.view(-1)
@@ -221,8 +221,10 @@ def family_refusal(traits: Traits) -> str | None:
     original basis and write through a ``PostNormWriter`` (this project's extension).
     """
     if not traits.pre_norm:
-        return ("its layers normalise the residual stream after the add (post-LN), so the "
-                "stream itself is not rotation-invariant")  # fmt: skip
+        return (
+            "its layers normalise the residual stream after the add (post-LN), so the "
+            "stream itself is not rotation-invariant"
+        )
     if traits.embed_proj:
         return "its embeddings are projected in and out of a different width"
     if traits.norm not in ("rms", "rms_1p", "layernorm"):
