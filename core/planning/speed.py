@@ -1,32 +1,26 @@
-"""A device's speed, for the duration estimates (core.planning.estimate): its effective FLOP/s and a
-factor per pruning method, measured on the store's finished runs (the defaults without).
-
-The rule was set from the stage times of the quiet demo set (where the seconds went) before
-its estimates were compared with its job times; one amendment came after the first
-comparison, the no-rate clause below, when lean slice runs gave rates from their load's error:
+"""A device's speed, for the duration estimates (core.planning.estimate): its effective FLOP/s and
+a factor per pruning method, measured on the store's finished runs (the defaults without).
 
 - **Effective FLOP/s from a whole run's time, not its evaluation's.** A stored run's rate is
-  its work outside the pruning phase (core.planning.cost: evaluation, effective dimension, latency,
-  probes; the dense baseline too when the run computed it inline) over its wall time less
-  the weights' load and its prune_seconds. The evaluation alone (eval_tokens_per_s, used
-  before) lasts ~0.5 s at the demo's 4 × 64 tokens: a dense run's is its cold first
-  forwards (163 tokens/s against ~450 warm on the quiet demo set), and any run's is one
-  instant of a machine whose load changes by the minute. A run whose forwards took less
-  than the load it is measured net of gives no rate (the load is predicted, not measured,
-  so that difference would be its error). Runs of the planned run's model are used when
-  the store has any (a tiny model's forwards are per-layer overhead, not FLOPs); the median
-  over runs is the rate.
+  its work outside the pruning phase (core.planning.cost: evaluation, effective dimension,
+  latency, probes; the dense baseline too when the run computed it inline) over its wall time
+  less the weights' load and its prune_seconds. A short evaluation alone is one instant of a
+  machine whose load changes by the minute, and a dense run's is its cold first forwards. A
+  run whose forwards took less than the load it is measured net of gives no rate (the load
+  is predicted, not measured, so that difference would be its error). Runs of the planned
+  run's model are used when the store has any (a tiny model's forwards are per-layer
+  overhead, not FLOPs); the median over runs is the rate.
 - **Method factors on a model that has its fixed costs.** A method's factor is the median of
   its runs' prune_seconds over the phase's predicted seconds at that run's own rate (the
   median rate for a run without one). The prediction counts the work that does not shrink
-  with calibration tokens (choosing the weights, SparseGPT's column loop:
-  core.planning.cost.loop_flops), so a small run's ratio is ~1 when the model holds, instead of the
-  9.4 a pure FLOP ratio gave Wanda on one small run (its 78 s phase under load over the
-  rate of a 0.5 s evaluation in a quiet instant), multiplied into every bigger run. The
-  factor is bounded to [1/2, 2]
-  (``FACTOR_BOUNDS``): past that the run measured a regime the model does not describe
-  (a load spike inside the phase, a model dominated by per-layer overhead) and carrying it
-  to other sizes would do more harm than the bound.
+  with calibration tokens (choosing the weights, SparseGPT's column loop), so a small run's
+  ratio is ~1 when the model holds. The factor is bounded to [1/2, 2] (``FACTOR_BOUNDS``):
+  past that the run measured a regime the model does not describe (a load spike inside the
+  phase, a model dominated by per-layer overhead) and carrying it to other sizes would do
+  more harm than the bound.
+
+How the rule was set, and what the earlier ones got wrong: docs/design-notes.md ("Duration
+estimates").
 """
 
 from __future__ import annotations
