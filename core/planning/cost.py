@@ -29,9 +29,7 @@ FILE_TOKENS = 100_000
 BYTES_PER_TOKEN = 4.4
 # task -> (items in the scored split, choices per item, tokens per context + choice); the
 # tokens are the means over the bundled splits with smollm2-135m's tokenizer (context +
-# continuation, as core.evaluation.accuracy scores them: piqa 36.3, hellaswag 79.1, arc_easy 31.7,
-# arc_challenge 37.1, winogrande 22.5, boolq 152.4); the earlier guesses (60, 110, 50, 55,
-# 40, 180) made zero-shot's estimate ~1.7x long.
+# continuation, as core.evaluation.accuracy scores them), rounded.
 TASK_SIZES = {
     "piqa": (1838, 2, 36),
     "hellaswag": (10042, 4, 79),
@@ -42,19 +40,16 @@ TASK_SIZES = {
 }
 OTHER_TASK = (2000, 4, 80)
 # Work that is not a batched forward, in FLOPs of one, fitted to a Wanda run of smollm2-135m
-# timed stage by stage on the 2-core machine: an eigvalsh of a d x d float64 Gram costs
-# ~20 d^3 (its effective-dimension stage: 169 s for 8 windows, of which ~56 s forwards), and a
-# (1, L) forward runs at ~0.4 of the batched rate (its latency stages: 110 s predicted 105).
+# timed stage by stage (docs/benchmarks.md, "Cost model constants"): an eigvalsh of a d x d
+# float64 Gram costs ~20 d^3, and a (1, L) forward runs at ~0.4 of the batched rate.
 EIG_FLOPS_PER_D3 = 20.0
 BATCH1_SLOWDOWN = 2.5
 # Work of a pruning method that is not a batched product, in FLOPs at the device's batched rate,
-# fitted on the 50% runs of the quiet demo set (smollm2-135m, 8 x 128 calibration tokens, the
-# 2-core machine; its 2:4 runs are the check): choosing the pruned weights (score, sort, mask
-# and the per-linear report) cost ~40 ns a weight there (Wanda 50%: 13.7 s measured, 5.6 s of
-# products), ~4,700 FLOPs at the ~116 GFLOP/s a forward reached; SparseGPT's OBS sweep
-# (Alg. 1) is a Python loop over each linear's input columns, ~270 us a column (49 s measured
-# for 150k columns, 8 s of products), ~3e7 FLOPs. Neither shrinks with fewer calibration
-# tokens, which is why a pure FLOP ratio measured on a small run overstated big ones.
+# fitted on the 50% runs of the quiet demo set (docs/benchmarks.md, "Cost model constants"):
+# choosing the pruned weights (score, sort, mask and the per-linear report) per weight, and
+# SparseGPT's OBS sweep (Alg. 1), a Python loop over each linear's input columns, per column.
+# Neither shrinks with fewer calibration tokens, which is why a pure FLOP ratio measured on a
+# small run overstated big ones.
 SELECT_FLOPS_PER_WEIGHT = 4.7e3
 COLUMN_FLOPS = 3.0e7
 LATENCY_FORWARDS = 6  # core.runs.measure.forward_latency_ms: a warm-up and 5 timed forwards
