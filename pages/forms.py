@@ -21,7 +21,7 @@ from core.settings import request as requests
 from core.settings.commands import PRESETS, app_preset
 from core.settings.config import ModelSpec
 from core.settings.field import CHOICE, FLAG, FLOAT, INT, MULTI, Field, method_list
-from core.settings.method_options import EXPERT, option_fields, option_pairs
+from core.settings.method_options import EXPERT, option_fields, option_pairs, typed_options
 from core.store.run_store import RunStore
 from pages.common import device_info
 
@@ -155,9 +155,9 @@ def preset_picker(key: str, reset: Iterable[str]) -> str:
     return st.selectbox("Preset", names, start, key=key, help=PRESET_HELP, on_change=forget)
 
 
-def method_options(method: str, key: str, prefix: str = "") -> list[str]:
+def option_values(method: str, key: str) -> dict[str, Any]:
     """A method's options as widgets with their ranges (expert ones in an expander);
-    returns the KEY=VALUE pairs that differ from the defaults."""
+    returns their values by option name."""
     fields = option_fields(method)
     common = [f for f in fields if f.group != EXPERT]
     expert = [f for f in fields if f.group == EXPERT]
@@ -165,7 +165,25 @@ def method_options(method: str, key: str, prefix: str = "") -> list[str]:
     if expert:
         with st.expander(f"Expert options of {method}"):
             values.update(draw(expert, {f.name: f.default for f in expert}, lambda n: f"{key}_{n}"))
-    return option_pairs(method, values, prefix)
+    return values
+
+
+def typed_method_options(method: str, key: str) -> Any:
+    """A method's option widgets; returns its options dataclass, built once here
+    (``core.settings.method_options.typed_options``) and carried as it is to the method.
+    Values the options class rejects come back as they are, so the one request path says
+    why where the estimate and the Run button are."""
+    values = option_values(method, key)
+    try:
+        return typed_options(method, values)
+    except ConfigError:
+        return values
+
+
+def method_options(method: str, key: str, prefix: str = "") -> list[str]:
+    """A method's option widgets; returns the KEY=VALUE pairs that differ from the defaults
+    (``prefix`` 'sparsegpt.' scopes them to one method of a grid sweep)."""
+    return option_pairs(method, option_values(method, key), prefix)
 
 
 def speed_for(store: RunStore, model: ModelSpec) -> Speed:

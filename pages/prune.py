@@ -34,10 +34,10 @@ from pages.forms import (
     corpus_name,
     draw,
     field_value,
-    method_options,
     planned_seconds,
     preset_picker,
     show_estimate,
+    typed_method_options,
     upload_widget,
 )
 
@@ -79,7 +79,7 @@ def form_values(start: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         with z2:
             values["limit"] = field_value(FIELDS["limit"], start["limit"], "limit")
     with st.expander(f"Options of {values['method']}"):
-        values["option"] = method_options(values["method"], f"opt_{values['method']}")
+        values["option"] = typed_method_options(values["method"], f"opt_{values['method']}")
     with st.expander("Advanced: precision, Hub access, data split, seed, OWL"):
         values.update(draw([f for f in FIELDS.values() if f.advanced], start, key))
     if not values["tasks"]:

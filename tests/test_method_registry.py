@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 import core.methods
+import core.runs.prune
 from core import names
 from core.cli.main import build_parser, field_values, main
 from core.errors import ConfigError
@@ -24,6 +25,7 @@ from core.planning.cost import method_flops, model_shape, prune_phase_flops
 from core.planning.estimate import estimate_seconds
 from core.planning.speed import Speed
 from core.runs import RunOptions, execute
+from core.runs.plan import resolved
 from core.settings import request as requests
 from core.settings.commands import command_fields
 from core.settings.config import ModelSpec
@@ -129,11 +131,19 @@ def test_a_new_method_appears_everywhere(toy, capsys) -> None:
     assert listed[toy]["doc"] == "|W|^power pruning, a test's method."
 
 
-def test_a_new_method_runs(toy, tmp_path) -> None:
+def test_a_new_method_runs(toy, tmp_path, monkeypatch) -> None:
+    """It runs, and the run prunes with the method object its plan built."""
+    used, apply = [], core.runs.prune.apply_prune
+    monkeypatch.setattr(
+        core.runs.prune,
+        "apply_prune",
+        lambda *a, **kw: used.append(kw["method"]) or apply(*a, **kw),
+    )
     store = RunStore(tmp_path / "store")
     cfg = requests.plan_request("prune", {**TINY, "method": toy, "sparsity": 0.5})
     out = execute(cfg, store, None, RunOptions())
     assert out["run_id"] == cfg.run_id
+    assert len(used) == 1 and used[0] is resolved(cfg).method
     assert out["metrics"]["achieved_sparsity"] == pytest.approx(0.5, abs=0.02)
 
 

@@ -11,7 +11,8 @@ only, ``core.models.geometry``) and the run's token counts, phase by phase:
   core.settings.config.MEASURES, has neither for the changed model);
 - calibration: nsamples × calib_seqlen tokens, twice through every decoder layer (the
   layer-wise runner collects statistics, then re-runs the pruned layer for the next one);
-- the method's own work per targeted linear (out × in): magnitude / Wanda score and sort
+- the method's own work, as each method declares it (``Method.layer_work``; one without
+  cost terms is refused), per targeted linear (out × in): magnitude / Wanda score and sort
   (~10·out·in) plus the error Gram on ≤ 2048 sampled rows; SparseGPT the full Gram
   2·tokens·in², the inverse Cholesky ~in³ and the OBS updates 2·out·in² (SparseGPT, Alg. 1);
   SliceGPT two PCA covariances 2·tokens·d² and eigendecompositions ~9·d³ per layer and the

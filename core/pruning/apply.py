@@ -12,7 +12,7 @@ import torch
 
 from core.adapters import resolve_roles
 from core.methods import make_method
-from core.methods.base import ApplyPlan, LayerContext, LinearReport
+from core.methods.base import ApplyPlan, LayerContext, LinearReport, Method
 from core.methods.wanda import wanda_scores
 from core.models.load import LoadedModel
 from core.progress import ProgressFn
@@ -85,13 +85,18 @@ def apply_prune(
     calib_ids: torch.Tensor,
     device: torch.device,
     progress: ProgressFn | None = None,
+    *,
+    method: Method | None = None,
+    roles: tuple[str, ...] | None = None,
     **runner_kw: Any,
 ) -> tuple[Any, list[dict[str, Any]]]:
     """Change ``lm`` in place with a resolved config: allocation, then the method's
     ``apply`` (the shared runner for layer-wise methods, SliceGPT's own procedure).
-    Returns (the method's result, allocation rows)."""
-    roles = resolve_roles(prune.targets)
-    method = make_method(prune.method, prune.options)
+    ``method`` and ``roles``: what the run's plan resolved (``core.runs.plan.resolved``);
+    built from the config when not given (a direct call). Returns (the method's result,
+    allocation rows)."""
+    roles = roles or resolve_roles(prune.targets)
+    method = method or make_method(prune.method, prune.options)
     layer_sparsity, alloc_rows = allocate_sparsity(
         lm, prune, roles, calib_ids, device, progress, **runner_kw
     )

@@ -13,7 +13,7 @@ from core.names import EVAL, PRUNE, RECOVER, RELATION_SWEEP, SLICE, ZEROSHOT
 from core.progress import ProgressFn
 from core.runs.common import KindRunner, RunOptions
 from core.runs.dense import execute_eval
-from core.runs.plan import check_run, plan_zeroshot
+from core.runs.plan import plan_zeroshot, resolved
 from core.runs.prune import execute_prune
 from core.runs.recover import execute_recover
 from core.runs.relation_sweep import execute_relation_sweep
@@ -58,5 +58,5 @@ def execute(
     if cfg.kind not in KINDS:
         raise ConfigError(f"unknown run kind {cfg.kind!r}; one of {', '.join(KINDS)}")
     if cfg.kind not in (ZEROSHOT, RECOVER):  # checked against their source/parent run
-        check_run(cfg)
+        resolved(cfg)  # checked here unless this process planned it
     return KINDS[cfg.kind](cfg, store, on_progress, opts or RunOptions())

@@ -18,6 +18,7 @@ from typing import Any
 
 from core.errors import ConfigError, ModelLoadError, StoreError
 from core.methods import get_method, make_method
+from core.methods.base import Method
 from core.methods.slicegpt import sliced_width
 from core.models.geometry import Geometry, model_geometry
 from core.models.load import TINY_MODELS
@@ -31,11 +32,11 @@ from core.names import (
     PRUNED_KINDS,
     RECOVER,
     RELATION_SWEEP,
-    ROLE_GROUPS,
     SLICE,
     ZEROSHOT,
-    resolve_roles,
+    family_roles,
 )
+from core.runs.resolved import Resolved, keep, recall
 from core.runs.resources import resolve_model_spec
 from core.settings.config import (
     CalibConfig,
@@ -93,38 +94,14 @@ def check_pattern(geo: Geometry, roles: tuple[str, ...], pattern: str) -> None:
             )
 
 
-def check_slicing(geo: Geometry, prune: PruneConfig) -> None:
+def check_slicing(geo: Geometry, sparsity: float, round_to: int) -> None:
     """SliceGPT's kept width d′ must round to at least one attention head's width."""
-    opts = make_method(prune.method, prune.options).options
-    width = sliced_width(geo.hidden_size, prune.sparsity, opts.round_to)  # raises at 0
+    width = sliced_width(geo.hidden_size, sparsity, round_to)  # raises at 0
     if width < geo.head_dim:
         raise ConfigError(
-            f"slicing sparsity {prune.sparsity} keeps d′ = {width} of d = {geo.hidden_size}, "
+            f"slicing sparsity {sparsity} keeps d′ = {width} of d = {geo.hidden_size}, "
             f"less than one attention head ({geo.head_dim}); use a smaller sparsity"
         )
-
-
-def check_family(geo: Geometry, prune: PruneConfig, calib_seqlen: int | None) -> None:
-    """The method runs on the model's family (``Method.refusal``), else one ConfigError."""
-    why = make_method(prune.method, prune.options).refusal(geo, calib_seqlen)
-    if why:
-        raise ConfigError(f"{prune.method} cannot prune this {geo.family} model: {why}")
-
-
-def family_roles(geo: Geometry, targets: str) -> tuple[str, ...]:
-    """The roles ``targets`` names that the family has: a named group keeps those present
-    (OPT's "mlp" is up, down); an explicit role it lacks is an error."""
-    roles = resolve_roles(targets)
-    missing = [r for r in roles if r not in geo.traits.roles]
-    if missing and targets not in ROLE_GROUPS:
-        raise ConfigError(
-            f"{geo.family} models have no {'/'.join(missing)} projection; their roles are "
-            f"{', '.join(geo.traits.roles)}"
-        )
-    present = tuple(r for r in roles if r in geo.traits.roles)
-    if not present:
-        raise ConfigError(f"{geo.family} models have none of the roles {targets!r} names")
-    return present
 
 
 def check_stream(cfg: RunConfig, geo: Geometry) -> None:
@@ -157,9 +134,13 @@ def check_stream(cfg: RunConfig, geo: Geometry) -> None:
         )
 
 
-def check_run(cfg: RunConfig, geo: Geometry | None = None) -> None:
+def check_run(
+    cfg: RunConfig, geo: Geometry | None = None, method: Method | None = None
+) -> Resolved:
     """Every size ``cfg`` depends on, against its model's geometry (no weights loaded):
-    ``geo``, else the geometry read from the model's config."""
+    ``geo``, else the geometry read from the model's config. Returns what was resolved on
+    the way (roles, the method built once, or ``method`` when the plan built it), kept for
+    the run's execution in this process (``resolved``)."""
     geo = geo or geometry(cfg.model)
     check_stream(cfg, geo)
     if cfg.kind != ZEROSHOT:
@@ -167,22 +148,34 @@ def check_run(cfg: RunConfig, geo: Geometry | None = None) -> None:
     if cfg.calib is not None:
         check_seqlen(geo, cfg.calib.seqlen, "calibration seqlen")
     if cfg.prune is None:
-        return
+        return keep(Resolved(cfg, geo))
+    method = method or make_method(cfg.prune.method, cfg.prune.options)
     calib_seqlen = cfg.calib.seqlen if cfg.calib is not None else None
-    check_family(geo, cfg.prune, calib_seqlen)
+    why = method.refusal(geo, calib_seqlen)  # the method runs on the model's family
+    if why:
+        raise ConfigError(f"{method.name} cannot prune this {geo.family} model: {why}")
+    roles: tuple[str, ...] = ()
     if cfg.kind == PRUNE:
-        roles = family_roles(geo, cfg.prune.targets)
+        roles = family_roles(cfg.prune.targets, geo.traits.roles, geo.family)
         check_pattern(geo, roles, cfg.prune.pattern)
-        get_method(cfg.prune.method).check_plan(roles, cfg.prune.pattern)
+        method.check_plan(roles, cfg.prune.pattern)
     elif cfg.kind in (SLICE, RELATION_SWEEP):
-        grid = cfg.extra_value("sparsities") or (cfg.prune.sparsity,)
-        for s in grid:
-            check_slicing(geo, dataclasses.replace(cfg.prune, sparsity=s))
+        for s in cfg.extra_value("sparsities") or (cfg.prune.sparsity,):
+            check_slicing(geo, s, method.options.round_to)
+    return keep(Resolved(cfg, geo, roles, method))
+
+
+def resolved(cfg: RunConfig) -> Resolved:
+    """What planning resolved for ``cfg``: kept when this process planned it, else checked
+    now (a configuration read from a file)."""
+    return recall(cfg) or check_run(cfg)
 
 
 # ---- plans: the resolved config (hence the run id) a run will have -------------------------------
-def resolve_prune_config(prune: PruneConfig) -> PruneConfig:
-    """Validate the method name and fill its options with defaults (options_cls)."""
+def resolve_prune(prune: PruneConfig) -> tuple[PruneConfig, Method]:
+    """Validate the method name, build the method once with its options (the dataclass the
+    edge typed, or pairs of a stored config) and fill them with defaults: the resolved
+    config, whose options are the sorted pairs the run id hashes, and the method."""
     cls = get_method(prune.method)
     if prune.pattern != "unstructured" and "nm" not in cls.supports_patterns:
         raise ConfigError(f"method {cls.name} does not support N:M patterns")
@@ -191,7 +184,13 @@ def resolve_prune_config(prune: PruneConfig) -> PruneConfig:
             f"{cls.name} slices every layer to the same width: use allocation 'uniform'"
         )
     method = make_method(prune.method, prune.options)
-    return dataclasses.replace(prune, method=cls.name, options=options_tuple(method.options))
+    options = options_tuple(method.options)
+    return dataclasses.replace(prune, method=cls.name, options=options), method
+
+
+def resolve_prune_config(prune: PruneConfig) -> PruneConfig:
+    """``resolve_prune``'s config alone."""
+    return resolve_prune(prune)[0]
 
 
 def plan_eval(model: ModelSpec, eval_cfg: EvalConfig) -> RunConfig:
@@ -213,8 +212,9 @@ def plan_prune(
     enter the config only when given, so runs without keep their ids; so does ``measure``
     (core.settings.config.MEASURES) at its default."""
     model = resolve_model_spec(model, calib=calib, eval_cfg=eval_cfg)
-    cfg = prune_run_config(model, prune, calib, eval_cfg, zeroshot, measure)
-    check_run(cfg)
+    prune, method = resolve_prune(prune)
+    cfg = _prune_run(model, prune, calib, eval_cfg, zeroshot, measure)
+    check_run(cfg, method=method)
     return cfg
 
 
@@ -240,7 +240,18 @@ def prune_run_config(
 ) -> RunConfig:
     """The config of ``plan_prune`` for an already resolved ``model``, before the geometry
     checks (a sweep's grid makes them once it knows whether the config is readable)."""
-    prune = resolve_prune_config(prune)
+    return _prune_run(model, resolve_prune_config(prune), calib, eval_cfg, zeroshot, measure)
+
+
+def _prune_run(
+    model: ModelSpec,
+    prune: PruneConfig,
+    calib: CalibConfig,
+    eval_cfg: EvalConfig,
+    zeroshot: ZeroShotConfig | None,
+    measure: str,
+) -> RunConfig:
+    """The run config of a resolved ``prune``, of its method's run kind."""
     extra = (("zeroshot", zeroshot_dict(zeroshot)),) if zeroshot is not None else ()
     kind = get_method(prune.method).run_kind
     return RunConfig(kind, model, eval_cfg, calib, prune, extra, measure)

@@ -10,10 +10,8 @@ from typing import Any
 
 import torch
 
-from core.adapters import resolve_roles
 from core.evaluation.attention_error import AttentionProbe
 from core.evaluation.attention_error import summarize as summarize_attention
-from core.methods import make_method
 from core.names import A_METHOD, A_QK, A_REBUILD, T_ALLOCATION, T_ATTENTION_ERRORS, T_LAYERS
 from core.progress import report
 from core.pruning.apply import apply_prune
@@ -27,6 +25,7 @@ from core.runs.measure import (
     start_phase,
     weight_sparsity,
 )
+from core.runs.plan import resolved
 from core.runs.restore import rebuild_arrays
 from core.runs.streamed import StreamedStep, streamed_kind
 from core.store.run_store import RunWriter
@@ -70,16 +69,22 @@ def _write_tables(writer: RunWriter, result: Any, alloc_rows: list, attn_rows: l
 
 def _prune(p: Prologue) -> dict[str, Any]:
     """The prune kind's own step: prune, then store what the method did."""
-    prune = p.cfg.prune
-    roles = resolve_roles(prune.targets)
+    prune, planned = p.cfg.prune, resolved(p.cfg)
+    roles, method = planned.roles, planned.method
     probes = _probes(p, roles)
     start_phase(p.device)  # the budget below is for the pruning phase itself
     t0 = time.perf_counter()
     result, alloc_rows = apply_prune(
-        p.lm, prune, p.calib_ids, p.device, p.progress, activations_on_cpu=p.opts.activations_on_cpu
+        p.lm,
+        prune,
+        p.calib_ids,
+        p.device,
+        p.progress,
+        method=method,
+        roles=roles,
+        activations_on_cpu=p.opts.activations_on_cpu,
     )
     prune_seconds = time.perf_counter() - t0
-    method = make_method(prune.method, prune.options)
     widths = runner_widths(p.lm, method, roles)
     memory = memory_report(p.lm, p.calib_ids, p.loaded_rss, probe_mb(probes), widths, p.device)
     attn_rows = [row for probe in probes for row in probe.errors(p.lm.adapter)]
@@ -102,9 +107,8 @@ def _prune(p: Prologue) -> dict[str, Any]:
 def _record_streamed(s: StreamedStep) -> dict[str, Any]:
     """The streamed prune's own step (``core.runs.streamed``): store what the method did;
     sparsity and W_Q/W_K are read from the written model by the frame."""
-    prune = s.cfg.prune
-    roles = resolve_roles(prune.targets)
-    method = make_method(prune.method, prune.options)
+    planned = resolved(s.cfg)
+    roles, method = planned.roles, planned.method
     result, device = s.run.result, torch.device(s.cfg.model.device)
     widths = runner_widths(s.lm, method, roles)
     memory = memory_report(s.lm, s.calib_ids, s.loaded_rss, 0.0, widths, device)

@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 
-from core.adapters import resolve_roles
 from core.machine.environment import environment_record
 from core.machine.process_memory import peak_rss_mb, phase_report, proc_status_mb, release_freed
 from core.models.load import LoadedModel
@@ -32,7 +31,7 @@ from core.progress import ProgressFn, report
 from core.runs.common import KindRunner, RunOptions
 from core.runs.dense import execute_eval
 from core.runs.measure import start_phase
-from core.runs.plan import plan_eval
+from core.runs.plan import plan_eval, resolved
 from core.runs.resources import get_calib_windows, get_eval_windows
 from core.runs.store_access import result, reusable, tee, writing
 from core.runs.stream_model import folder_measures, run_dtype, streamed_lm, streamed_perplexity
@@ -108,7 +107,7 @@ def run_streamed(
             cfg.model, run.folder, windows, cfg.eval.batch_size, opts.activations_on_cpu, progress
         )
         writer.write_table(T_EVAL_WINDOWS, pruned.window_rows())
-        roles = resolve_roles(cfg.prune.targets) if cfg.kind == PRUNE else None
+        roles = resolved(cfg).roles if cfg.kind == PRUNE else None
         sparsity, qk, nonzero = folder_measures(cfg.model, run.folder, roles)
         if qk:
             writer.write_arrays(A_QK, qk)

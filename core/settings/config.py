@@ -15,7 +15,7 @@ from typing import Any
 from core.errors import ConfigError
 from core.evaluation.tasks import parse_tasks
 from core.names import DATASETS, FULL, LEAN, LORA, MEASURES, RECOVER_METHODS, resolve_roles
-from core.settings.patterns import parse_pattern
+from core.settings.patterns import check_sparsity, parse_pattern
 
 AUTO = "auto"
 STREAM_MODES = {"on": True, "off": False}  # the words of --stream / the form for True / False
@@ -96,7 +96,10 @@ class CalibConfig:
 
 @dataclass(frozen=True)
 class PruneConfig:
-    """What to prune and how. ``options`` are the method's own (validated by its options class)."""
+    """What to prune and how. ``options``: the method's own, as sorted (key, value) pairs in
+    a resolved config (what the run id hashes); before planning, the options dataclass the
+    edge built (``core.settings.method_options.typed_options``), which planning hands to the
+    method it builds (``core.runs.plan.resolve_prune``)."""
 
     method: str = "wanda"
     sparsity: float = 0.5
@@ -105,10 +108,10 @@ class PruneConfig:
     allocation: str = "uniform"  # uniform | owl
     owl_lambda: float = 0.08
     owl_m: float = 5.0
-    options: tuple[tuple[str, Any], ...] = ()
+    options: Any = ()
 
     def __post_init__(self) -> None:
-        _check(0.0 <= self.sparsity < 1.0, f"sparsity must be in [0, 1), got {self.sparsity}")
+        check_sparsity(self.sparsity)  # the one rule of a sparsity's range
         _check(self.allocation in ("uniform", "owl"), f"unknown allocation {self.allocation!r}")
         _check(self.owl_lambda >= 0 and self.owl_m > 0, "OWL needs lambda >= 0 and M > 0")
         if self.pattern != "unstructured":

@@ -2,11 +2,12 @@
 choices, and whether the option is an expert's (drawn in an expander).
 
 Nothing is repeated here: each method's options dataclass (``Method.options_cls``) declares
-every option once, with ``core.settings.field.option``: its name, type (the field kind), default and
-words. So the form, the CLI's ``--option KEY=VALUE`` and the resolved config agree, and a
-new option is one line in its method's module. ``option_pairs`` turns widget values back into the
-KEY=VALUE list the one request path (``core.settings.request``) reads; values at their default are
-left out, since the config fills them anyway (the run id does not change).
+every option once, with ``core.settings.field.option``: its name, type (the field kind),
+default and words. So the form, the CLI's ``--option KEY=VALUE`` and the resolved config
+agree, and a new option is one line in its method's module. ``typed_options`` builds the
+options dataclass once at the edge (the CLI's texts parsed by each option's kind, a form's
+values as they are); planning hands it to the method it builds. ``option_pairs`` turns
+widget values back into KEY=VALUE texts for a grid sweep's per-method options.
 """
 
 from __future__ import annotations

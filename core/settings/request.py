@@ -36,7 +36,6 @@ from core.settings.config import (
     RecoverConfig,
     RunConfig,
     ZeroShotConfig,
-    options_tuple,
 )
 from core.settings.field import FLOAT, INT, LIST, MULTI, Field, method_list
 from core.settings.method_options import typed_options
@@ -59,8 +58,8 @@ def typed_value(field: Field, value: Any) -> Any:
             raise ConfigError(
                 f"argument {field.flag}: invalid {cast.__name__} value: {value!r}"
             ) from None
-    if field.kind == LIST and dataclasses.is_dataclass(value):  # a form's typed options
-        return value
+    if field.kind == LIST and (dataclasses.is_dataclass(value) or isinstance(value, Mapping)):
+        return value  # a form's typed options (or its option values)
     if field.kind == LIST:
         return [value] if isinstance(value, str) else list(value)
     if field.kind == MULTI and not isinstance(value, str):  # a multiselect's list
@@ -169,7 +168,7 @@ def prune_config(v: Mapping[str, Any]) -> PruneConfig:
         v["allocation"],
         v["owl_lambda"],
         v["owl_m"],
-        options_tuple(typed_options(v["method"], v["option"])),
+        typed_options(v["method"], v["option"]),  # planning builds the method with it
     )
 
 
@@ -279,7 +278,7 @@ def plan_request(
         parts = (model_spec(v), prune_config(v), calib_config(v), eval_config(v))
         return plan_prune(*parts, zeroshot_config(v), v["measure"])
     if command == "slice":
-        options = options_tuple(typed_options("slicegpt", v["option"]))
+        options = typed_options("slicegpt", v["option"])  # planning builds the method with it
         prune = PruneConfig("slicegpt", v["sparsity"], options=options)
         parts = (model_spec(v), prune, calib_config(v), eval_config(v))
         return plan_slice(*parts, zeroshot_config(v), v["measure"])
