@@ -94,6 +94,7 @@ def run_streamed(
             run_dtype(cfg.model),
             opts.activations_on_cpu,
             progress=progress,
+            planned=resolved(cfg),
         )
         step = StreamedStep(cfg, writer, lm, run, calib_ids, loaded_rss, time.perf_counter() - t0)
         own = record(step)

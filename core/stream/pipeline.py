@@ -130,10 +130,12 @@ def prune_streamed(
     shard_bytes: int = SHARD_BYTES,
     progress: ProgressFn | None = None,
     attn_implementation: str | None = None,
+    planned: Any = None,
 ) -> StreamedRun:
     """Prune or slice the model ``source`` (a folder or name, ``model_folder``) with a
     resolved config, layer by layer, into ``out`` (written shard by shard; nothing is left
-    there if it fails)."""
+    there if it fails). ``planned``: what the run's plan resolved (``core.runs.resolved``:
+    the method and roles), used as it is."""
     source, device = model_folder(source), torch.device(device)
     check_streamable(source, prune.method)  # before the output folder is started
     writer = ShardWriter(out, shard_bytes)
@@ -145,6 +147,8 @@ def prune_streamed(
             calib_ids,
             device,
             progress,
+            method=None if planned is None else planned.method,
+            roles=(planned.roles or None) if planned is not None else None,
             offload=offload,
             activations_on_cpu=activations_on_cpu,
         )
