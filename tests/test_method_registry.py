@@ -101,7 +101,9 @@ def test_a_new_method_appears_everywhere(toy, capsys) -> None:
     # the CLI: a --method choice, its options parsed once at the edge by their kinds
     with pytest.raises(SystemExit):
         main(["prune", "--help"])
-    assert toy in capsys.readouterr().out
+    helptext = " ".join(capsys.readouterr().out.split())
+    assert f"attention-gd, {toy})" in helptext  # --method: the registered names
+    assert f"{toy}: power, flip" in helptext  # --option: its keys
     argv = ["prune", *[f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]]
     args = build_parser().parse_args([*argv, "--method", toy, "--option", "power=3"])
     cfg = requests.plan_request("prune", field_values(args))

@@ -34,6 +34,7 @@ from core.names import GRID_SWEEP
 from core.runs import RunOptions, effdim_report, execute
 from core.settings.commands import CHOICE, COMMANDS, FLAG, FLOAT, INT, LIST, Field, command_fields
 from core.settings.config import RunConfig
+from core.settings.method_options import option_fields
 from core.settings.request import (
     plan_request,
     run_options,
@@ -67,6 +68,14 @@ RUNS_ACTIONS = {
 
 
 # ---- parser ------------------------------------------------------------------------------------
+def _with_option_keys(f: Field) -> Field:
+    """The --option field whose help lists each registered method's option keys."""
+    keys = "; ".join(
+        f"{m}: {', '.join(o.name for o in option_fields(m)) or '-'}" for m in available_methods()
+    )
+    return dataclasses.replace(f, help=f"{f.help}. Keys per method: {keys}")
+
+
 def _add_field(group: argparse._ArgumentGroup, f: Field) -> None:
     if f.kind == FLAG:
         group.add_argument(f.flag, action="store_true", help=f.help)
@@ -104,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         fields = command_fields(command)
+        if command == "prune":  # each registered method's --option keys
+            fields = tuple(_with_option_keys(f) if f.name == "option" else f for f in fields)
         p = sub.add_parser(command, help=HELP[command])
         groups: dict[str, argparse._ArgumentGroup] = {}
         for f in fields:
