@@ -1,0 +1,189 @@
+"""PruneScope against llm-compressor 0.14 on the same calibration tensor (issue #29).
+
+    python bench/vs_llmcompressor.py [--model smollm2-135m] [--rounds 2]
+        [--only wanda-50% sparsegpt-2:4 ...] [--venv /tmp/llmc-venv]
+
+For Wanda and SparseGPT at 50% unstructured and 2:4, each side prunes in a process of its
+own, back to back: llm-compressor (``oneshot``, SparseGPTModifier / WandaPruningModifier on
+every decoder linear, sequential pipeline; ``bench/llmc_worker.py`` in a virtual environment
+the bench creates with ``torch==2.13.0`` and ``llmcompressor==0.14.0.1``, never a project
+requirement) and PruneScope (``core.pruning.apply.apply_prune``). Both start from the same
+safetensors copy of the model and read the same calibration tensor from one file (C4 train,
+32 x 512, seed 0: the protocol's draw); both pruned models are scored by PruneScope's
+evaluator on the first 64 x 512 WikiText-2 test windows. Printed per configuration:
+perplexity with its 95% window-bootstrap interval, pruning seconds (llm-compressor: the
+whole ``oneshot`` call; PruneScope: ``apply_prune``), peak RSS of the whole process up to
+the end of pruning, and the ratios PruneScope / llm-compressor. A warning is printed when
+the 1-minute load average exceeds half a core before a measurement: shared machines give
+no speed figures worth quoting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from core.analysis.uncertainty import ppl_intervals
+from core.data import calibration_windows, eval_windows, load_corpus
+from core.evaluation.perplexity import evaluate_perplexity
+from core.models.gguf import gguf_folder
+from core.models.load import load_model
+from core.settings.config import DataSpec, PruneConfig
+
+HERE = Path(__file__).resolve().parent
+SHARED_DATA = HERE.parents[1] / "shared" / "data"
+LLMC_PINS = ("torch==2.13.0", "llmcompressor==0.14.0.1")
+CONFIGS = {  # name -> (method, PruneScope pattern, llm-compressor mask_structure)
+    "wanda-50%": ("wanda", "unstructured", "0:0"),
+    "sparsegpt-50%": ("sparsegpt", "unstructured", "0:0"),
+    "wanda-2:4": ("wanda", "2:4", "2:4"),
+    "sparsegpt-2:4": ("sparsegpt", "2:4", "2:4"),
+}
+QUIET_LOAD = 0.5  # 1-minute load average above which timings are flagged
+
+
+def ensure_llmc(venv: Path) -> Path:
+    """The venv's python with llm-compressor importable, creating the venv when needed."""
+    py = venv / "bin" / "python"
+    ok = py.is_file() and subprocess.run([py, "-c", "import llmcompressor"]).returncode == 0
+    if not ok:
+        print(f"installing {' '.join(LLMC_PINS)} into {venv} (one-off)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([py, "-m", "pip", "install", "-q", *LLMC_PINS], check=True)
+    return py
+
+
+def quiet_check(what: str) -> bool:
+    load = os.getloadavg()[0]
+    if load > QUIET_LOAD:
+        print(f"WARNING: load average {load:.2f} before {what}: the machine is not quiet, "
+              "timings are not comparable", file=sys.stderr)  # fmt: skip
+        return False
+    return True
+
+
+def ps_worker(args: argparse.Namespace) -> None:
+    """PruneScope's side: load, prune on the saved tensor (timed), peak RSS, score."""
+    lm = load_model(args.model)
+    calib = torch.load(args.calib)
+    method, pattern, _ = CONFIGS[args.config]
+    prune = PruneConfig(method=method, sparsity=0.5, pattern=pattern)
+    from core.pruning.apply import apply_prune
+
+    t0 = time.perf_counter()
+    apply_prune(lm, prune, calib, torch.device(args.device))
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out = {"seconds": seconds, "peak_rss_mib": peak, **score(lm.model, args)}
+    Path(args.json).write_text(json.dumps(out))
+
+
+def eval_worker(args: argparse.Namespace) -> None:
+    """Score a model folder (llm-compressor's output) with PruneScope's evaluator."""
+    lm = load_model(args.model_dir)
+    Path(args.json).write_text(json.dumps(score(lm.model, args)))
+
+
+def score(model: torch.nn.Module, args: argparse.Namespace) -> dict[str, float]:
+    windows = torch.load(args.windows)
+    res = evaluate_perplexity(model, windows, device=args.device)
+    iv = ppl_intervals([np.asarray(res.window_nll)[None, :]])[0]
+    return {"ppl": res.ppl, "ppl_lo": iv.lo, "ppl_hi": iv.hi}
+
+
+def run(cmd: list[str]) -> None:
+    """A worker process; its own output (llm-compressor logs to stdout) goes to stderr, so
+    stdout carries the table alone."""
+    subprocess.run(cmd, check=True, stdout=sys.stderr)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--data-dir", default=str(SHARED_DATA))
+    ap.add_argument("--nsamples", type=int, default=32)
+    ap.add_argument("--seqlen", type=int, default=512)
+    ap.add_argument("--max-windows", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--only", nargs="*", choices=list(CONFIGS), default=list(CONFIGS))
+    ap.add_argument("--venv", default=str(Path(tempfile.gettempdir()) / "llmc-venv"))
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--work", default=None, help="folder for tensors and models (temp)")
+    ap.add_argument("--worker", choices=("ps", "eval"), help=argparse.SUPPRESS)
+    ap.add_argument("--config", help=argparse.SUPPRESS)
+    ap.add_argument("--calib", help=argparse.SUPPRESS)
+    ap.add_argument("--windows", help=argparse.SUPPRESS)
+    ap.add_argument("--model-dir", help=argparse.SUPPRESS)
+    ap.add_argument("--json", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        {"ps": ps_worker, "eval": eval_worker}[args.worker](args)
+        return
+
+    py = ensure_llmc(Path(args.venv))
+    work = Path(args.work or tempfile.mkdtemp(prefix="vs-llmc-"))
+    work.mkdir(parents=True, exist_ok=True)
+    lm = load_model(args.model)
+    calib = calibration_windows(
+        lm.tokenizer, load_corpus(DataSpec("c4", "train", args.data_dir)),
+        args.nsamples, args.seqlen, 0,
+    )  # fmt: skip
+    windows = eval_windows(
+        lm.tokenizer, load_corpus(DataSpec("wikitext2", "test", args.data_dir)),
+        args.seqlen, args.max_windows,
+    )  # fmt: skip
+    del lm
+    torch.save(calib, work / "calib.pt")
+    torch.save(windows, work / "windows.pt")
+    model_dir = str(gguf_folder(args.model)) if not Path(args.model).is_dir() else args.model
+    common = ["--model", args.model, "--device", args.device, "--windows", str(work / "windows.pt")]
+    rows, quiet = [], True
+    for rnd in range(args.rounds):
+        for name in args.only:
+            method, _, structure = CONFIGS[name]
+            out_dir, lj, pj, ej = (
+                work / f"{name}-{rnd}{s}" for s in ("", "-l.json", "-p.json", "-e.json")
+            )
+            quiet &= quiet_check(f"llm-compressor {name}")
+            run([str(py), str(HERE / "llmc_worker.py"), "--model-dir", model_dir,
+                 "--calib", str(work / "calib.pt"), "--method", method, "--pattern", structure,
+                 "--save", str(out_dir), "--json", str(lj)])  # fmt: skip
+            quiet &= quiet_check(f"PruneScope {name}")
+            run([sys.executable, __file__, "--worker", "ps", "--config", name, *common,
+                 "--calib", str(work / "calib.pt"), "--json", str(pj)])  # fmt: skip
+            run([sys.executable, __file__, "--worker", "eval", "--model-dir", str(out_dir),
+                 *common, "--json", str(ej)])  # fmt: skip
+            llmc = {**json.loads(lj.read_text()), **json.loads(ej.read_text())}
+            ps = json.loads(pj.read_text())
+            rows.append((rnd, name, ps, llmc))
+    quiet_word = "yes" if quiet else "NO"
+    print(f"\n{args.model}, calibration {args.nsamples} x {args.seqlen} C4 (one tensor, both "
+          f"sides), WikiText-2 {windows.shape[0]} x {windows.shape[1]}, device {args.device}, "
+          f"{torch.get_num_threads()} threads, quiet machine: {quiet_word}")  # fmt: skip
+    print(
+        "| round | config | PPL PruneScope [95%] | PPL llm-compressor [95%] | s PS | s llmc "
+        "| s ratio | peak RSS PS MiB | llmc MiB | RSS ratio | intervals overlap |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for rnd, name, ps, lc in rows:
+        overlap = ps["ppl_lo"] <= lc["ppl_hi"] and lc["ppl_lo"] <= ps["ppl_hi"]
+        t_ratio, m_ratio = ps["seconds"] / lc["seconds"], ps["peak_rss_mib"] / lc["peak_rss_mib"]
+        print(f"| {rnd + 1} | {name} | {ps['ppl']:.3f} [{ps['ppl_lo']:.2f}, {ps['ppl_hi']:.2f}] "
+              f"| {lc['ppl']:.3f} [{lc['ppl_lo']:.2f}, {lc['ppl_hi']:.2f}] "
+              f"| {ps['seconds']:.1f} | {lc['seconds']:.1f} | {t_ratio:.2f} "
+              f"| {ps['peak_rss_mib']:.0f} | {lc['peak_rss_mib']:.0f} "
+              f"| {m_ratio:.2f} | {'yes' if overlap else 'no'} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
