@@ -3,7 +3,7 @@
     python bench/big_model.py [--workdir /tmp/ps-big] [--layers 48] [--hidden 1024]
                               [--nsamples 4 --calib-seqlen 128 --windows 2 --seqlen 128]
                               [--threads 1] [--methods sparsegpt,slicegpt,wanda] [--no-dense]
-    python bench/big_model.py --real [--shard-mb 400] [--limit-mb 1100]
+    python bench/big_model.py --real [--shard-mb 400] [--limit-mb 1300] [--layouts units,packed]
 
 ``--real``: a model of real proportions as ``save_pretrained`` writes it (16 layers, d = 1024,
 MLP 3584, vocabulary 49,152: the embedding and the untied head are 192 MiB each, 1312 MiB
@@ -237,10 +237,11 @@ def real(args) -> None:
     )
     print(head + "\n" + "-" * len(head), flush=True)
     folders = {}
-    for label, shard_mb in (
-        ("one unit per shard", None),
-        (f"{args.shard_mb:g} MB shards", args.shard_mb),
-    ):
+    layouts = {
+        "units": ("one unit per shard", None),
+        "packed": (f"{args.shard_mb:g} MB shards", args.shard_mb),
+    }
+    for label, shard_mb in (layouts[x] for x in args.layouts.split(",")):
         folder = work / ("units" if shard_mb is None else "packed")
         built = build(args, folder, shard_mb)
         folders[label] = folder
@@ -374,6 +375,7 @@ def parse(argv=None):
     ap.add_argument("--real", action="store_true", help="the real-proportions model (docstring)")
     ap.add_argument("--shard-mb", type=float, default=400, help="--real: packed shard size")
     ap.add_argument("--limit-mb", type=int, default=0, help="--real: the memory-limited runs")
+    ap.add_argument("--layouts", default="units,packed", help="--real: which shard layouts")
     ap.add_argument("--phase", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 

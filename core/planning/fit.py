@@ -9,7 +9,8 @@ The rule (``--stream auto``, the default; figures from the model's config alone)
   it), plus the same buffers;
 - the buffers ``B`` are the larger of the calibration buffers (inputs, outputs and the
   widest kept input of a layer for every calibration token, and a method's per-layer
-  statistics up to the MLP width squared) and the evaluation buffers (a batch's activations
+  statistics: ``STATS_PER_IN2`` bytes per MLP width squared and ``STATS_PER_WEIGHT`` per
+  weight of the largest linear) and the evaluation buffers (a batch's activations
   and one chunk of logits with its log-softmax);
 - free memory ``F`` is ``core.machine.process_memory.free_ram_bytes`` (MemAvailable, the
   memory cgroup's limit, RLIMIT_AS) as the planning process sees it, less ``RESERVE``; on a
@@ -39,6 +40,12 @@ from core.settings.config import AUTO, CalibConfig, EvalConfig, ModelSpec
 
 MiB = 2**20
 RESERVE = 64 * MiB  # slack for what a run imports late (parquet writer) and the allocator
+# A layer-wise method's statistics while one linear is pruned, measured on the streamed Wanda
+# run of a d = 1024, MLP 3584 model (docs/benchmarks.md): the widest input's Gram in float64
+# with its float32 copy (12 bytes per in²) and, for the largest linear, float64 scores with
+# their sort (values, indices) and float32 products (~48 bytes per weight).
+STATS_PER_IN2 = 12
+STATS_PER_WEIGHT = 48
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 
@@ -129,7 +136,8 @@ def planned_buffers(
     d, ff = g.hidden_size, g.intermediate_size
     calib_b = 0
     if calib is not None:  # float32 statistics whatever the dtype
-        calib_b = calib.nsamples * calib.seqlen * (2 * d + ff) * 4 + (ff * ff + d * d) * 4
+        acts = calib.nsamples * calib.seqlen * (2 * d + ff) * 4
+        calib_b = acts + STATS_PER_IN2 * ff * ff + STATS_PER_WEIGHT * ff * d
     eval_cfg = eval_cfg or EvalConfig()
     batch = min(eval_cfg.batch_size, eval_cfg.max_windows or eval_cfg.batch_size)
     tokens = batch * eval_cfg.seqlen
