@@ -12,13 +12,13 @@ import streamlit as st
 from core import figures
 from core.demo import PAGE_ASSUMPTIONS
 from core.methods.attention_gd import RULE
-from core.methods.attention_gd.controls import control_trajectories, controls
-from core.methods.attention_gd.method import (
+from core.methods.attention_gd.audit import (
     TABLE_AGREEMENT,
     TABLE_GROUPS,
     TABLE_HEADS,
     TABLE_TRAJECTORY,
 )
+from core.methods.attention_gd.controls import control_trajectories, controls
 from core.store.run_store import Run, RunRecord
 from pages.common import (
     get_store,
@@ -31,19 +31,43 @@ from pages.common import (
 from pages.starters import offer_run
 
 require_frame(__file__)
-ESTIMATES = ["mu_hat", "lipschitz_hessian", "lipschitz_secant", "lipschitz_bound",
-             "L_star_lo", "L_star_hi"]  # fmt: skip
+ESTIMATES = [
+    "mu_hat",
+    "lipschitz_hessian",
+    "lipschitz_secant",
+    "lipschitz_bound",
+    "L_star_lo",
+    "L_star_hi",
+]
 
 # What each trajectory panel (core.figures.TRAJECTORY_PANELS) shows when the assumption holds
 # or fails; the controls below draw one example of each.
-CURVES = """
-| curve | the assumption holds | it fails |
-|---|---|---|
-| **loss L(M_t)** (log) | a straight line down to L*: linear convergence at rate ≤ 1 − μ/L | bends into a slow power law (no PL), or stalls / jumps (step too long for the curvature) |
-| **‖∇L(M_t)‖** | falls geometrically, in step with the loss | decays slowly while the loss is still above L* (no PL), or spikes (non-Lipschitz gradient) |
-| **Lipschitz estimate** (secant) | flat, below one constant L (and below the analytical bound) | climbs without bound as GD nears a point of unbounded curvature |
-| **PL ratio** ½‖∇L‖²/(L − L*) | stays above a constant μ > 0 (flat or rising) | sinks toward 0 as L → L*: no μ > 0 exists there |
-"""
+CURVE_ROWS = (
+    (
+        "**loss L(M_t)** (log)",
+        "a straight line down to L*: linear convergence at rate ≤ 1 − μ/L",
+        "bends into a slow power law (no PL), or stalls / jumps (step too long for the curvature)",
+    ),
+    (
+        "**‖∇L(M_t)‖**",
+        "falls geometrically, in step with the loss",
+        "decays slowly while the loss is still above L* (no PL), or spikes (non-Lipschitz "
+        "gradient)",
+    ),
+    (
+        "**Lipschitz estimate** (secant)",
+        "flat, below one constant L (and below the analytical bound)",
+        "climbs without bound as GD nears a point of unbounded curvature",
+    ),
+    (
+        "**PL ratio** ½‖∇L‖²/(L − L*)",
+        "stays above a constant μ > 0 (flat or rising)",
+        "sinks toward 0 as L → L*: no μ > 0 exists there",
+    ),
+)
+CURVES = "| curve | the assumption holds | it fails |\n|---|---|---|\n" + "\n".join(
+    f"| {curve} | {holds} | {fails} |" for curve, holds, fails in CURVE_ROWS
+)
 
 store = get_store()
 st.title("Assumption checks (Paper B)")
@@ -83,8 +107,7 @@ def show_controls() -> None:
     st.subheader("Controls: the rule says no where the answer is no")
     st.dataframe(control_rows(), hide_index=True, key="controls")
     st.markdown(CURVES)
-    st.plotly_chart(figures.gd_trajectories(control_paths(), series="control"),
-                    key="control_paths")  # fmt: skip
+    st.plotly_chart(figures.gd_trajectories(control_paths(), series="control"), key="control_paths")
     st.caption(
         "The three controls' GD paths in the same four panels (L* = 0, each one's known "
         "minimum). Quadratic: both assumptions hold, the loss falls on a straight line and "
@@ -106,18 +129,22 @@ def show_verdicts(run: Run, groups: pd.DataFrame) -> None:
     traj = run.table(TABLE_TRAJECTORY)
     c1, c2 = st.columns(2)
     layer = c1.selectbox("Layer", sorted(traj["layer"].unique()), key="gd_layer")
-    group = c2.selectbox("GQA group", sorted(traj.loc[traj["layer"] == layer, "group"].unique()),
-                         key="gd_group")  # fmt: skip
+    group = c2.selectbox(
+        "GQA group", sorted(traj.loc[traj["layer"] == layer, "group"].unique()), key="gd_group"
+    )
     sel = traj[(traj["layer"] == layer) & (traj["group"] == group)].copy()
     heads = "q head " + sel["head"].fillna(-1).astype(int).astype(str)
-    sel["block"] = np.select([sel["matrix"] == "q", sel["matrix"] == "k"],
-                             [heads, "k (shared)"], "group total")  # fmt: skip
+    sel["block"] = np.select(
+        [sel["matrix"] == "q", sel["matrix"] == "k"], [heads, "k (shared)"], "group total"
+    )
     row = groups[(groups["layer"] == layer) & (groups["group"] == group)].iloc[0]
     st.markdown(f"**Layer {layer}, group {group}: {row['verdict']}** ({row.get('reason', '')})")
     theory: dict[str, dict[str, float]] = {"lipschitz_est": {}, "pl_ratio": {}}
-    for name, key, panel in (("analytical bound", "lipschitz_bound", "lipschitz_est"),
-                             ("Hessian L̂", "lipschitz_hessian", "lipschitz_est"),
-                             ("μ̂", "mu_hat", "pl_ratio")):  # fmt: skip
+    for name, key, panel in (
+        ("analytical bound", "lipschitz_bound", "lipschitz_est"),
+        ("Hessian L̂", "lipschitz_hessian", "lipschitz_est"),
+        ("μ̂", "mu_hat", "pl_ratio"),
+    ):
         value = row.get(key)
         if value is not None and math.isfinite(value) and value > 0:
             theory[panel][name] = float(value)
@@ -133,10 +160,12 @@ def show_verdicts(run: Run, groups: pd.DataFrame) -> None:
 def show_estimates(groups: pd.DataFrame) -> None:
     """The estimates behind the verdicts: their spread over groups, then every group."""
     st.dataframe(
-        groups.pivot_table(index="layer", columns="verdict", values="group", aggfunc="count",
-                           fill_value=0),
-        key="verdict_counts", width="content",
-    )  # fmt: skip
+        groups.pivot_table(
+            index="layer", columns="verdict", values="group", aggfunc="count", fill_value=0
+        ),
+        key="verdict_counts",
+        width="content",
+    )
     present = [e for e in ESTIMATES if e in groups]
     spread = (
         groups[present].describe(percentiles=[0.1, 0.5, 0.9]).T[["min", "10%", "50%", "90%", "max"]]
@@ -147,8 +176,20 @@ def show_estimates(groups: pd.DataFrame) -> None:
         "(measured, lower estimates) beside the analytical upper bound (NaN where the model has "
         "q/k biases or norms the bound does not cover)."
     )
-    shown = ["layer", "group", "verdict", "reason", *present, "pl_slope", "hessian_slope",
-             "n_points", "gap_decades", "steps", "mask_delta", "attn_fro_rel"]  # fmt: skip
+    shown = [
+        "layer",
+        "group",
+        "verdict",
+        "reason",
+        *present,
+        "pl_slope",
+        "hessian_slope",
+        "n_points",
+        "gap_decades",
+        "steps",
+        "mask_delta",
+        "attn_fro_rel",
+    ]
     st.dataframe(groups[[col for col in shown if col in groups]], hide_index=True, key="gd_groups")
 
 
@@ -163,9 +204,12 @@ def show_audit(run: Run) -> None:
     a3.metric("mean ‖M_T − M₀‖ / ‖M₀‖", f"{m.get('mask_delta', math.nan):.3g}")
     if TABLE_AGREEMENT in run.tables():
         agree = run.table(TABLE_AGREEMENT)
-        st.dataframe(agree.pivot_table(index="layer", columns="role",
-                                       values=["agreement_magnitude", "agreement_wanda"]),
-                     key="agreement")  # fmt: skip
+        st.dataframe(
+            agree.pivot_table(
+                index="layer", columns="role", values=["agreement_magnitude", "agreement_wanda"]
+            ),
+            key="agreement",
+        )
 
 
 @st.cache_data(show_spinner=False, max_entries=4096)
@@ -175,7 +219,7 @@ def has_checks(run_id: str, stamp: float, _rec: RunRecord) -> bool:
     return TABLE_GROUPS in Run(_rec, store.run_dir(run_id)).tables()
 
 
-# ---- page ------------------------------------------------------------------------------------------------
+# ---- page ----------------------------------------------------------------------------------------
 gd_runs = [
     r
     for r in list_runs(store, kind="prune", status="done")

@@ -20,6 +20,13 @@ from torch import Tensor
 from core.errors import ConfigError, ModelLoadError
 from core.evaluation.attention_ops import rope_tables
 from core.methods import get_method, register
+from core.methods.attention_gd.audit import (
+    TABLE_AGREEMENT,
+    UNCHECKED,
+    agreement_rows,
+    record_tables,
+    run_summary,
+)
 from core.methods.attention_gd.bound import lipschitz_upper_bound, spectral_norms
 from core.methods.attention_gd.cost_terms import descent_flops
 from core.methods.attention_gd.diagnostics import check_assumptions
@@ -38,15 +45,10 @@ from core.methods.attention_gd.options import (
 )
 from core.methods.base import LayerContext, LinearReport, Method
 from core.methods.linear import relative_reconstruction_error
-from core.methods.wanda import wanda_scores
 from core.methods.work import LayerWork, WorkShape
-from core.pruning.masks import check_sparsity, scope_dim, score_mask, topk_prune_mask
+from core.pruning.masks import check_sparsity, scope_dim, topk_prune_mask
 
 log = logging.getLogger(__name__)
-# Tables every attention-gd run writes (pages import these names).
-TABLE_TRAJECTORY, TABLE_GROUPS = "gd_trajectory", "gd_groups"
-UNCHECKED: dict[str, Any] = {"verdict": "not_checked"}
-TABLE_HEADS, TABLE_AGREEMENT = "gd_heads", "gd_agreement"
 
 
 def mask_scores(M: Tensor, W: Tensor, rule: str) -> Tensor:
@@ -60,7 +62,8 @@ def mask_scores(M: Tensor, W: Tensor, rule: str) -> Tensor:
 
 def binarize(scores: Tensor, sparsity: float, scope: str) -> Tensor:
     """Bool keep mask (out, in) with exactly ⌊sparsity·n⌋ False per row ("row") or per matrix
-    ("matrix"); among equal scores the lower index is pruned first (stable sort, core.pruning.masks)."""
+    ("matrix"); among equal scores the lower index is pruned first (stable sort,
+    core.pruning.masks)."""
     return ~topk_prune_mask(scores, check_sparsity(sparsity), scope_dim(scope))
 
 
@@ -128,18 +131,22 @@ class AttentionGD(Method):
     def refusal(self, geometry: Any, calib_seqlen: int | None = None) -> str | None:
         """The objective is softmax(causal, scale·q̂k̂ᵀ) with q̂, k̂ after the biases, the
         per-head RMSNorms and full RoPE (objective.py): a family whose attention differs from
-        that on the calibration sequences is refused (issue #13: one error, nothing stored)."""
+        that on the calibration sequences is refused when the run is planned."""
         t = geometry.traits
         if t.positions == "rope_partial":
             return "its RoPE rotates only part of each head; the objective rotates whole heads"
         if not math.isclose(t.attn_scale, geometry.head_dim**-0.5, rel_tol=1e-9):
-            return (f"its attention scales q·kᵀ by {t.attn_scale:.4g} (query_pre_attn_scalar), "
-                    f"the objective by 1/√head_dim = {geometry.head_dim**-0.5:.4g}")  # fmt: skip
+            return (
+                f"its attention scales q·kᵀ by {t.attn_scale:.4g} (query_pre_attn_scalar), "
+                f"the objective by 1/√head_dim = {geometry.head_dim**-0.5:.4g}"
+            )
         length = min(calib_seqlen or 0, self.options.max_len)
         if t.sliding_window and length > t.sliding_window:
-            return (f"its sliding-window layers attend to the last {t.sliding_window} tokens and "
-                    f"the objective would use {length}; calibrate with seqlen (or max_len) <= "
-                    f"{t.sliding_window}")  # fmt: skip
+            return (
+                f"its sliding-window layers attend to the last {t.sliding_window} tokens and "
+                f"the objective would use {length}; calibrate with seqlen (or max_len) <= "
+                f"{t.sliding_window}"
+            )
         return None
 
     @classmethod
@@ -183,27 +190,39 @@ class AttentionGD(Method):
         stats = ctx.stats.get("q")
         col_sq = stats.col_sq_norms if stats is not None else ctx.inputs["q"].square().sum((0, 1))
         gen = torch.Generator().manual_seed(opts.seed + ctx.index)
-        M = {role: initial_mask(W[role], opts.init, col_sq, gen, sparsity[role], opts.scope)
-             for role in ("q", "k")}  # fmt: skip
+        M = {
+            role: initial_mask(W[role], opts.init, col_sq, gen, sparsity[role], opts.scope)
+            for role in ("q", "k")
+        }
         x_norms = spectral_norms(X) if opts.checks != "none" else None
         groups: list[GroupResult] = []
         for g in range(n_kv):
             qs = slice(g * r * head_dim, (g + 1) * r * head_dim)  # q_proj rows of group g
             ks = slice(g * head_dim, (g + 1) * head_dim)  # k_proj rows of KV head g
-            res = gd_prune_group(X, to_heads(W["q"][qs], head_dim), W["k"][ks].T, opts, rope,
-                                 to_heads(M["q"][qs], head_dim), M["k"][ks].T, extras[g])  # fmt: skip
+            res = gd_prune_group(
+                X,
+                to_heads(W["q"][qs], head_dim),
+                W["k"][ks].T,
+                opts,
+                rope,
+                to_heads(M["q"][qs], head_dim),
+                M["k"][ks].T,
+                extras[g],
+            )
             M["q"][qs], M["k"][ks] = to_linear(res.Mq), res.Mk.T
             groups.append(res)
-        keep = {role: binarize(mask_scores(M[role], W[role], opts.binarize), sparsity[role], opts.scope)
-                for role in ("q", "k")}  # fmt: skip
+        keep = {
+            role: binarize(mask_scores(M[role], W[role], opts.binarize), sparsity[role], opts.scope)
+            for role in ("q", "k")
+        }
         checks = [
             self._check(res, extras[g], x_norms)
             if self._judged(ctx.index, g, n_kv)
             else dict(UNCHECKED)
             for g, res in enumerate(groups)
         ]
-        agree = self._agreement(ctx, W, keep, sparsity, col_sq)
-        errors = self._record(ctx, groups, checks, keep, r, head_dim)
+        agree = agreement_rows(ctx, W, keep, sparsity, col_sq, opts.scope)
+        errors = record_tables(ctx, groups, checks, keep, r, head_dim)
         ctx.add_rows(TABLE_AGREEMENT, agree)
         for role in ("q", "k"):
             ctx.arrays[f"mask.layer{ctx.index}.{role}"] = keep[role].cpu()
@@ -211,11 +230,14 @@ class AttentionGD(Method):
         seconds = (time.perf_counter() - start) / 2  # one joint optimisation, split over q, k
         reports = []
         for row, (role, lin) in zip(agree, (("q", lin_q), ("k", lin_k)), strict=True):
-            extra = {"attn_error": errors, "mask_delta": delta,
-                     "agree_magnitude": row["agreement_magnitude"],
-                     "agree_wanda": row["agreement_wanda"],
-                     "gd_steps": max(int(res.trajectory[-1]["step"]) for res in groups),
-                     "gd_evaluations": sum(res.evaluations for res in groups)}  # fmt: skip
+            extra = {
+                "attn_error": errors,
+                "mask_delta": delta,
+                "agree_magnitude": row["agreement_magnitude"],
+                "agree_wanda": row["agreement_wanda"],
+                "gd_steps": max(int(res.trajectory[-1]["step"]) for res in groups),
+                "gd_evaluations": sum(res.evaluations for res in groups),
+            }
             reports.append(
                 _write_masked(ctx, role, lin, keep[role], sparsity[role], seconds, extra)
             )
@@ -238,87 +260,25 @@ class AttentionGD(Method):
         if plain:  # the analytical bound covers Paper B's form only
             box = max(1.0, res.Mq.abs().max().item(), res.Mk.abs().max().item())
             seqs = [ch.X for ch in res.problem.chunks]
-            bound = lipschitz_upper_bound(torch.cat(seqs), res.problem.Wq, res.problem.Wk,
-                                          res.lam, box, x_norms)  # fmt: skip
+            bound = lipschitz_upper_bound(
+                torch.cat(seqs), res.problem.Wq, res.problem.Wk, res.lam, box, x_norms
+            )
         dtype = res.problem.Wq.dtype
         return check_assumptions(
-            GroupObjective(res.problem, res.lam), res.run, analytic_bound=bound,
-            points=self.options.check_points, power_iters=self.options.power_iters,
-            hessian_at=CHECK_HESSIAN_AT, rel_floor=64 * torch.finfo(dtype).eps, seed=self.options.seed,
+            GroupObjective(res.problem, res.lam),
+            res.run,
+            analytic_bound=bound,
+            points=self.options.check_points,
+            power_iters=self.options.power_iters,
+            hessian_at=CHECK_HESSIAN_AT,
+            rel_floor=64 * torch.finfo(dtype).eps,
+            seed=self.options.seed,
             eta0=res.trajectory[-1]["step_size"],
-        )  # fmt: skip
-
-    def _agreement(self, ctx, W, keep, sparsity, col_sq) -> list[dict[str, Any]]:
-        """Per role: kept entries shared with the magnitude / Wanda keep masks (same sparsity,
-        same scope), as counts and fractions of the GD keep mask."""
-        rows = []
-        for role in ("q", "k"):
-            s, scope = sparsity[role], self.options.scope
-            mag = ~score_mask(W[role].abs(), s, scope)
-            wan = ~score_mask(wanda_scores(W[role], col_sq.to(W[role])), s, scope)
-            kept = int(keep[role].sum())
-            shared_m, shared_w = int((keep[role] & mag).sum()), int((keep[role] & wan).sum())
-            rows.append({"layer": ctx.index, "role": role, "kept": kept,
-                         "shared_magnitude": shared_m, "shared_wanda": shared_w,
-                         "agreement_magnitude": shared_m / max(kept, 1),
-                         "agreement_wanda": shared_w / max(kept, 1)})  # fmt: skip
-        return rows
-
-    def _record(self, ctx, groups, checks, keep, r, head_dim) -> float:
-        """Fill the tables; returns the layer's mean relative attention error (binary masks)."""
-        errs = []
-        for g, (res, chk) in enumerate(zip(groups, checks, strict=True)):
-            qs = slice(g * r * head_dim, (g + 1) * r * head_dim)
-            ks = slice(g * head_dim, (g + 1) * head_dim)
-            bq = to_heads(keep["q"][qs], head_dim).to(res.problem.Wq)
-            bk = keep["k"][ks].T.to(res.problem.Wq)
-            fro2, tv = res.problem.data_terms(bq, bk)
-            rel = (2 * fro2).sqrt() / res.problem.dense_norms()
-            errs += rel.tolist()
-            star = chk.get("L_star_lo", math.nan)
-            traj = []
-            for row in res.trajectory:
-                head = g * r + row["head"] if row["matrix"] == "q" else -1
-                pl = math.nan
-                if row["matrix"] == "group" and row["loss"] - star > 0:
-                    pl = 0.5 * row["grad_norm"] ** 2 / (row["loss"] - star)
-                traj.append({"layer": ctx.index, "group": g, **row, "head": head, "pl_ratio": pl})
-            ctx.add_rows(TABLE_TRAJECTORY, traj)
-            first, last = res.trajectory[0], res.trajectory[-1 - r - 1]
-            ctx.add_rows(TABLE_GROUPS, [{
-                "layer": ctx.index, "group": g, "steps": int(last["step"]),
-                "loss_start": first["loss"], "loss_end": last["loss"], "lam": res.lam,
-                "mask_delta": res.mask_delta, "evaluations": res.evaluations,
-                "seconds": res.seconds, "attn_fro_rel": float(rel.mean()), **chk,
-            }])  # fmt: skip
-            ctx.add_rows(TABLE_HEADS, [{
-                "layer": ctx.index, "group": g, "matrix": "q", "head": g * r + h,
-                "attn_fro_rel": float(rel[h]), "attn_tv_max": float(tv[h]),
-                "verdict": chk["verdict"], "mu_hat": chk.get("mu_hat", math.nan),
-                "lipschitz_hessian": chk.get("lipschitz_hessian", math.nan),
-            } for h in range(r)])  # fmt: skip
-        return float(torch.tensor(errs).mean())
+        )
 
     def run_summary(self, tables: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-        """Run-level metrics: mask agreement with magnitude / Wanda (kept entries shared, over
-        all q/k), mean ‖M_T − M₀‖/‖M₀‖ and the verdict counts of the assumption checks."""
-        agree, groups = tables.get(TABLE_AGREEMENT, []), tables.get(TABLE_GROUPS, [])
-        kept = sum(row["kept"] for row in agree)
-        out: dict[str, Any] = {
-            "mask_agreement_magnitude": sum(r["shared_magnitude"] for r in agree) / max(kept, 1),
-            "mask_agreement_wanda": sum(r["shared_wanda"] for r in agree) / max(kept, 1),
-            "mask_delta": sum(r["mask_delta"] for r in groups) / max(len(groups), 1),
-        }
-        verdicts = [r["verdict"] for r in groups]
-        for v in ("supported", "contradicted", "inconclusive"):
-            out[f"gd_checks_{v}"] = verdicts.count(v)
-        checked = [v for v in verdicts if v != "not_checked"]
-        out["gd_verdict"] = (
-            "not_checked" if not checked
-            else "contradicted" if "contradicted" in checked
-            else "supported" if all(v == "supported" for v in checked) else "inconclusive"
-        )  # fmt: skip
-        return out
+        """Run-level metrics: mask agreement and verdict counts (``audit.run_summary``)."""
+        return run_summary(tables)
 
     def _prune_others(self, ctx: LayerContext) -> list[LinearReport]:
         """The authors' hybrid: V/O/MLP by Wanda or SparseGPT on the same layer context."""
@@ -344,7 +304,12 @@ def _write_masked(ctx, role, linear, keep, sparsity, seconds, extra) -> LinearRe
     stats = ctx.stats.get(role)
     rel = math.nan if stats is None else relative_reconstruction_error(W, weight, stats.error_gram)
     return LinearReport(
-        layer=ctx.index, role=role, shape=(weight.shape[0], weight.shape[1]),
-        target_sparsity=sparsity, achieved_sparsity=int((weight == 0).sum().item()) / weight.numel(),
-        rel_error=rel, seconds=seconds, extra=dict(extra),
-    )  # fmt: skip
+        layer=ctx.index,
+        role=role,
+        shape=(weight.shape[0], weight.shape[1]),
+        target_sparsity=sparsity,
+        achieved_sparsity=int((weight == 0).sum().item()) / weight.numel(),
+        rel_error=rel,
+        seconds=seconds,
+        extra=dict(extra),
+    )

@@ -16,7 +16,8 @@ rotation, the sliced modules) are imported from their modules.
 from core.methods.slicegpt.io import apply_structure, load_sliced, save_sliced
 from core.methods.slicegpt.method import SliceGPT
 from core.methods.slicegpt.modules import SLICING_FILE, SliceSpec, as_adapter, is_sliced
-from core.methods.slicegpt.procedure import SliceOptions, SliceReport, slice_model
+from core.methods.slicegpt.options import SliceOptions, SliceReport
+from core.methods.slicegpt.procedure import slice_model
 from core.methods.slicegpt.rotation import sliced_width
 
 __all__ = [

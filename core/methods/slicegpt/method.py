@@ -10,7 +10,8 @@ import torch
 from core.methods import register
 from core.methods.base import ApplyPlan, Method
 from core.methods.slicegpt.modules import family_refusal
-from core.methods.slicegpt.procedure import SliceOptions, SliceReport, slice_model
+from core.methods.slicegpt.options import SliceOptions, SliceReport
+from core.methods.slicegpt.procedure import slice_model
 from core.methods.work import LayerWork, WorkShape
 from core.progress import ProgressFn
 

@@ -1,44 +1,21 @@
-"""SliceGPT: delete rows and columns by projecting the residual stream onto its top PCA subspace.
+"""SliceGPT's procedure, ``slice_model``: fold, PCA at every residual boundary, rotate, slice.
 
-Ashkboos et al., ICLR'24 (arXiv 2401.15024; papers.md §6). For a pre-norm decoder whose
-norms are RMSNorm (or LayerNorm, OPT: the stream is first made mean-free, ``center_stream``),
-the steps are, through the family's adapter (core/adapters):
+Ashkboos et al., ICLR'24 (arXiv 2401.15024; papers.md §6), through the family's adapter:
 
-1. **Fold** (``untie_head``, ``fold_layer_norms``, ``fold_final_norm``). Each norm's γ (and β)
-   moves into the linears that read it, W ← W·diag(γ). What remains is N(x) = x / √(‖x‖²/d + ε)
-   with d the *original* width, which commutes with any orthogonal Q: N(xQ) = N(x)Q (computational invariance, §6). No
-   embedding mean-centring by default: the reference ``fuse_modules`` centres the embeddings
-   of every model, which changes the function of an RMSNorm model; without it s = 0 is exactly
-   function preserving. ``SliceOptions.center_embeddings`` does what the reference does.
-   Measured (issue #14: SmolLM2-135M, s = 0.25, the same 32 × 512 C4 calibration tensor, 64 ×
-   512 WikiText-2 windows): the reference code, centring included, gives perplexity 214.7 and
-   this code 213.5, so the default costs nothing. The gap to the reference's own run (195.0)
-   is the calibration draw: the reference code gives 185.7 on the tensor its document sampler
-   draws (seed 0) and 214.7 on ours, a spread like that between two seeds of one sampler.
-2. **PCA at every residual boundary** (``pca_basis``). C = Σ XᵀX (uncentred, float64) over the
-   calibration tokens, C += damp·mean(diag C)·I, Q = eigenvectors by descending eigenvalue.
-   The boundaries are the embeddings, and the residual after the attention ("mid") and after
-   the MLP ("out") of every layer. Each PCA sees the signals of the *already sliced* earlier
-   layers (the reference ``rotate_and_slice``).
-3. **Rotate and slice** with D = I[:, :d′]. Input linears W ← W·Q_in·D; output linears
-   W ← Dᵀ·Q_outᵀ·W (and the bias alike); embeddings E ← E·Q·D; the residual of each block is
-   carried across by the shortcut matrices Dᵀ·Q_inᵀ·Q_mid·D and Dᵀ·Q_midᵀ·Q_out·D.
-   The head is not sliced unless asked (the last block then writes full width d).
-4. **Post-block norms** (Gemma-3; this project's extension of SliceGPT, not in the paper).
-   A norm on a block's output o before the residual add sees o in the original basis, where
-   no Q passes through it. o_proj / down_proj keep their d outputs, the norm stays a bare
-   N(o) over d, and one linear P = Dᵀ·Qᵀ·diag(γ) (d′, d) after it (``PostNormWriter``, γ
-   of the norm folded in, (1 + w) for Gemma) writes into the rotated, sliced stream; P plays
-   the writer's part in step 3. Exact at s = 0; the sliced model keeps the two d′×d matrices
-   per layer, counted in its parameters (a cost the paper's pre-norm models do not pay).
-   Gemma's q/k norms act on head dims after q/k_proj, untouched by the residual rotation.
+1. **Fold** each norm's γ (β) into the linears that read it, so that the bare norm commutes
+   with any orthogonal Q (computational invariance). LayerNorm streams (OPT) are first made
+   mean-free. The embeddings are not mean-centred by default (the reference does it, which
+   changes an RMSNorm model's function; ``SliceOptions.center_embeddings`` restores it).
+2. **PCA** of the uncentred, damped float64 Gram at every residual boundary (embeddings, and
+   after the attention and the MLP of every layer), each seeing the already sliced layers.
+3. **Rotate and slice** with D = I[:, :d′]: inputs W·Q·D, outputs Dᵀ·Qᵀ·W, shortcut matrices
+   carrying each block's residual across bases; the head only with ``slice_head``.
+4. **Post-block norms** (Gemma-3; this project's extension): the norm sees the block output in
+   the original basis, so one d′×d writer after it maps into the sliced stream (exact at s = 0).
 
-d′ = int((1−s)·d) rounded down to a multiple of 8 (``sliced_width``); s_eff = 1 − d′/d.
-
-The sliced model stays a Hugging Face causal LM with the same attribute names: each decoder
-layer becomes a ``SlicedDecoderLayer`` that reuses the original attention and MLP modules
-(with smaller ``nn.Linear``s). ``save_sliced`` / ``load_sliced`` store it as safetensors plus
-``slicing.json`` (the widths) next to the HF ``config.json``.
+d′ = int((1−s)·d) rounded down to a multiple of ``round_to``; s_eff = 1 − d′/d. The sliced model
+stays a Hugging Face causal LM whose decoder layers become ``SlicedDecoderLayer``. The reasoning
+behind each step is in docs/design-notes.md ("SliceGPT").
 """
 
 from __future__ import annotations
@@ -46,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -67,6 +44,7 @@ from core.methods.slicegpt.modules import (
     as_adapter,
     check_sliceable,
 )
+from core.methods.slicegpt.options import SliceOptions, SliceReport
 from core.methods.slicegpt.rotation import (
     accumulate_gram,
     pca_basis,
@@ -80,109 +58,8 @@ from core.methods.slicegpt.rotation import (
 from core.models.layer_inputs import capture_layer_inputs
 from core.models.offload import Offload
 from core.progress import ProgressFn, report
-from core.settings.field import option
 
 log = logging.getLogger(__name__)
-
-ORIENTATIONS = ("pca", "random")
-
-
-@dataclass(frozen=True)
-class SliceOptions:
-    """round_to: d′ multiple (reference 8); damp: PCA damping as a fraction of mean(diag C);
-    slice_head: also slice the final norm/lm_head input; orientation: "pca" or "random"
-    (a seeded random basis inside the kept subspace); seed: for "random"; batch_size:
-    calibration sequences per forward; center_embeddings: subtract each embedding row's mean
-    first, as the reference ``fuse_modules`` does (changes an RMSNorm model's function)."""
-
-    round_to: int = option(
-        8, "Round d′ to a multiple of", "kept width rounding (reference 8)", (1, 512)
-    )
-    damp: float = option(
-        0.01, "PCA damping", "fraction of the covariance's mean diagonal", (0.0, 1.0)
-    )
-    slice_head: bool = option(
-        False, "Slice the output head too", "the final norm and LM head input"
-    )
-    orientation: str = option(
-        "pca",
-        "Kept directions",
-        "'pca': the principal directions; 'random': a seeded random basis (a control)",
-        ORIENTATIONS,
-    )
-    seed: int = option(
-        42, "Seed of the random basis", "used with 'random' directions", (0, 2**31 - 1), expert=True
-    )
-    batch_size: int = option(
-        8, "Sequences per forward", "calibration batch", (1, 1024), expert=True
-    )
-    center_embeddings: bool = option(
-        False,
-        "Center the embeddings first",
-        "as the reference does (changes an RMSNorm model's function)",
-        expert=True,
-    )
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.center_embeddings, bool):
-            raise ConfigError(
-                f"center_embeddings must be true or false, got {self.center_embeddings!r}"
-            )
-        if not isinstance(self.round_to, int) or self.round_to < 1:
-            raise ConfigError(f"round_to must be a positive integer, got {self.round_to!r}")
-        if not self.damp >= 0.0:
-            raise ConfigError(f"damp must be >= 0, got {self.damp!r}")
-        if self.orientation not in ORIENTATIONS:
-            raise ConfigError(
-                f"orientation must be one of {ORIENTATIONS}, got {self.orientation!r}"
-            )
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ConfigError(f"batch_size must be a positive integer, got {self.batch_size!r}")
-
-
-@dataclass
-class SliceReport:
-    """What ``slice_model`` did.
-
-    n_params_*: every parameter (shortcut matrices and post-norm writers included; a tied
-    head counts once when dense and again once untied, so a tied-embedding model can grow
-    at small s);
-    n_layer_params_*: the decoder layers only.
-    rows: one per residual boundary (embed, then mid/out of every layer): kept width and
-    the fraction of calibration energy Σλ[:kept]/Σλ it keeps. spectra: (n_boundaries, d)
-    float64 eigenvalues of C, descending, in the order of ``rows``.
-    """
-
-    sparsity: float
-    d: int
-    d_sliced: int
-    n_params_dense: int
-    n_params_sliced: int
-    n_layer_params_dense: int
-    n_layer_params_sliced: int
-    calib_tokens: int  # calibration tokens the PCAs saw
-    seconds: float
-    options: SliceOptions
-    rows: list[dict[str, Any]]
-    spectra: torch.Tensor
-
-    @property
-    def s_eff(self) -> float:
-        return 1.0 - self.d_sliced / self.d
-
-    def summary(self) -> dict[str, Any]:
-        """Flat JSON-able scalars for run records and tables: every field but the per-boundary
-        ``rows`` and ``spectra``, the options as a dict, and the derived s_eff, param_ratio."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _PER_BOUNDARY}
-        return {
-            **out,
-            "options": asdict(self.options),
-            "s_eff": self.s_eff,
-            "param_ratio": self.n_params_sliced / self.n_params_dense,
-        }
-
-
-_PER_BOUNDARY = ("rows", "spectra")
 
 
 class _Boundaries:
