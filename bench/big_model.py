@@ -283,8 +283,9 @@ def limited(args, work: Path, folder: Path) -> None:
         print("  " + res["err"].replace("\n", "\n  "))
     too_big = work / "too-big"
     too_big.mkdir(parents=True, exist_ok=True)  # its config: planning reads nothing else
-    cfg = llama_config(TOO_BIG["layers"], TOO_BIG["hidden"], TOO_BIG["intermediate"],
-                       TOO_BIG["vocab"])  # fmt: skip
+    cfg = llama_config(
+        TOO_BIG["layers"], TOO_BIG["hidden"], TOO_BIG["intermediate"], TOO_BIG["vocab"]
+    )
     cfg.save_pretrained(too_big)
     byte_tokenizer().save_pretrained(too_big)
     (too_big / "model.safetensors").write_bytes(b"")  # never read: refused before loading

@@ -66,8 +66,11 @@ def ensure_llmc(venv: Path) -> Path:
 def quiet_check(what: str) -> bool:
     load = os.getloadavg()[0]
     if load > QUIET_LOAD:
-        print(f"WARNING: load average {load:.2f} before {what}: the machine is not quiet, "
-              "timings are not comparable", file=sys.stderr)  # fmt: skip
+        print(
+            f"WARNING: load average {load:.2f} before {what}: the machine is not quiet, "
+            "timings are not comparable",
+            file=sys.stderr,
+        )
         return False
     return True
 
@@ -135,13 +138,18 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     lm = load_model(args.model)
     calib = calibration_windows(
-        lm.tokenizer, load_corpus(DataSpec("c4", "train", args.data_dir)),
-        args.nsamples, args.seqlen, 0,
-    )  # fmt: skip
+        lm.tokenizer,
+        load_corpus(DataSpec("c4", "train", args.data_dir)),
+        args.nsamples,
+        args.seqlen,
+        0,
+    )
     windows = eval_windows(
-        lm.tokenizer, load_corpus(DataSpec("wikitext2", "test", args.data_dir)),
-        args.seqlen, args.max_windows,
-    )  # fmt: skip
+        lm.tokenizer,
+        load_corpus(DataSpec("wikitext2", "test", args.data_dir)),
+        args.seqlen,
+        args.max_windows,
+    )
     del lm
     torch.save(calib, work / "calib.pt")
     torch.save(windows, work / "windows.pt")
@@ -155,21 +163,62 @@ def main() -> None:
                 work / f"{name}-{rnd}{s}" for s in ("", "-l.json", "-p.json", "-e.json")
             )
             quiet &= quiet_check(f"llm-compressor {name}")
-            run([str(py), str(HERE / "llmc_worker.py"), "--model-dir", model_dir,
-                 "--calib", str(work / "calib.pt"), "--method", method, "--pattern", structure,
-                 "--save", str(out_dir), "--json", str(lj)])  # fmt: skip
+            run(
+                [
+                    str(py),
+                    str(HERE / "llmc_worker.py"),
+                    "--model-dir",
+                    model_dir,
+                    "--calib",
+                    str(work / "calib.pt"),
+                    "--method",
+                    method,
+                    "--pattern",
+                    structure,
+                    "--save",
+                    str(out_dir),
+                    "--json",
+                    str(lj),
+                ]
+            )
             quiet &= quiet_check(f"PruneScope {name}")
-            run([sys.executable, __file__, "--worker", "ps", "--config", name, *common,
-                 "--calib", str(work / "calib.pt"), "--json", str(pj)])  # fmt: skip
-            run([sys.executable, __file__, "--worker", "eval", "--model-dir", str(out_dir),
-                 *common, "--json", str(ej)])  # fmt: skip
+            run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    "ps",
+                    "--config",
+                    name,
+                    *common,
+                    "--calib",
+                    str(work / "calib.pt"),
+                    "--json",
+                    str(pj),
+                ]
+            )
+            run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    "eval",
+                    "--model-dir",
+                    str(out_dir),
+                    *common,
+                    "--json",
+                    str(ej),
+                ]
+            )
             llmc = {**json.loads(lj.read_text()), **json.loads(ej.read_text())}
             ps = json.loads(pj.read_text())
             rows.append((rnd, name, ps, llmc))
     quiet_word = "yes" if quiet else "NO"
-    print(f"\n{args.model}, calibration {args.nsamples} x {args.seqlen} C4 (one tensor, both "
-          f"sides), WikiText-2 {windows.shape[0]} x {windows.shape[1]}, device {args.device}, "
-          f"{torch.get_num_threads()} threads, quiet machine: {quiet_word}")  # fmt: skip
+    print(
+        f"\n{args.model}, calibration {args.nsamples} x {args.seqlen} C4 (one tensor, both "
+        f"sides), WikiText-2 {windows.shape[0]} x {windows.shape[1]}, device {args.device}, "
+        f"{torch.get_num_threads()} threads, quiet machine: {quiet_word}"
+    )
     print(
         "| round | config | PPL PruneScope [95%] | PPL llm-compressor [95%] | s PS | s llmc "
         "| s ratio | peak RSS PS MiB | llmc MiB | RSS ratio | intervals overlap |"
@@ -178,11 +227,13 @@ def main() -> None:
     for rnd, name, ps, lc in rows:
         overlap = ps["ppl_lo"] <= lc["ppl_hi"] and lc["ppl_lo"] <= ps["ppl_hi"]
         t_ratio, m_ratio = ps["seconds"] / lc["seconds"], ps["peak_rss_mib"] / lc["peak_rss_mib"]
-        print(f"| {rnd + 1} | {name} | {ps['ppl']:.3f} [{ps['ppl_lo']:.2f}, {ps['ppl_hi']:.2f}] "
-              f"| {lc['ppl']:.3f} [{lc['ppl_lo']:.2f}, {lc['ppl_hi']:.2f}] "
-              f"| {ps['seconds']:.1f} | {lc['seconds']:.1f} | {t_ratio:.2f} "
-              f"| {ps['peak_rss_mib']:.0f} | {lc['peak_rss_mib']:.0f} "
-              f"| {m_ratio:.2f} | {'yes' if overlap else 'no'} |")  # fmt: skip
+        print(
+            f"| {rnd + 1} | {name} | {ps['ppl']:.3f} [{ps['ppl_lo']:.2f}, {ps['ppl_hi']:.2f}] "
+            f"| {lc['ppl']:.3f} [{lc['ppl_lo']:.2f}, {lc['ppl_hi']:.2f}] "
+            f"| {ps['seconds']:.1f} | {lc['seconds']:.1f} | {t_ratio:.2f} "
+            f"| {ps['peak_rss_mib']:.0f} | {lc['peak_rss_mib']:.0f} "
+            f"| {m_ratio:.2f} | {'yes' if overlap else 'no'} |"
+        )
 
 
 if __name__ == "__main__":

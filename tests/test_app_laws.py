@@ -37,8 +37,13 @@ def fake_law_sweep(store: RunStore) -> str:
         w.write_table(T_LAW_POINTS, point_rows(res, "s") + point_rows(res, "s_eff"))
         metrics = {"ppl0": ppl0, "d": d, **verdict}
         metrics.update({f"{k}_eff": v for k, v in verdict.items()})
-        metrics["protocol"] = {"n_windows": 16, "eval_seqlen": 64, "calib_nsamples": 8,
-                               "calib_seqlen": 64, "n_seeds": 2}  # fmt: skip
+        metrics["protocol"] = {
+            "n_windows": 16,
+            "eval_seqlen": 64,
+            "calib_nsamples": 8,
+            "calib_seqlen": 64,
+            "n_seeds": 2,
+        }
         w.commit(metrics)
     return cfg.run_id
 

@@ -171,8 +171,9 @@ def effdim_runs(law_of_method, n=4, seed=0):
     for method, law in law_of_method.items():
         for x in np.linspace(0.5, 0.9, n):
             ratio = law(x) * (1 + 0.002 * rng.standard_normal())
-            rows.append({"method": method, "ppl": math.exp(math.log(20.0) / ratio),
-                         "d_eff": 100.0 * x})  # fmt: skip
+            rows.append(
+                {"method": method, "ppl": math.exp(math.log(20.0) / ratio), "d_eff": 100.0 * x}
+            )
     return rows
 
 

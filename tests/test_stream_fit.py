@@ -60,9 +60,19 @@ def test_model_bytes_of_the_tiny_llama_match_its_parameters() -> None:
     assert weights == (n - norms) * 4  # the rule counts the matrices, not the norm vectors
     layer = sum(p.numel() for name, p in model.named_parameters() if ".layers.0." in name)
     embed = model.get_input_embeddings().weight.numel()
-    assert unit == max(layer - sum(
-        p.numel() for name, p in model.named_parameters() if ".layers.0." in name and "norm" in name
-    ), embed) * 4  # fmt: skip
+    assert (
+        unit
+        == max(
+            layer
+            - sum(
+                p.numel()
+                for name, p in model.named_parameters()
+                if ".layers.0." in name and "norm" in name
+            ),
+            embed,
+        )
+        * 4
+    )
 
 
 # ---- through the plan ------------------------------------------------------------------------

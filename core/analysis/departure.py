@@ -29,10 +29,14 @@ def departure_layer(kl: Sequence[float], threshold: float = DEPART_KL) -> int | 
 def departure_reading(kl: Sequence[float], name: str) -> str:
     layer = departure_layer(kl)
     if layer is None:
-        return (f"{name} does not part from the dense model: the lens's KL stays below "
-                f"{DEPART_KL:g} nats at the last layer(s).")  # fmt: skip
-    return (f"{name} departs from the dense model from layer {layer} on (KL ≥ {DEPART_KL:g} "
-            f"nats there and at every later layer; {kl[-1]:.3g} nats at the last).")  # fmt: skip
+        return (
+            f"{name} does not part from the dense model: the lens's KL stays below "
+            f"{DEPART_KL:g} nats at the last layer(s)."
+        )
+    return (
+        f"{name} departs from the dense model from layer {layer} on (KL ≥ {DEPART_KL:g} "
+        f"nats there and at every later layer; {kl[-1]:.3g} nats at the last)."
+    )
 
 
 def agreeing_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -55,8 +59,10 @@ def generation_reading(dense: Sequence[int], pruned: Sequence[int], name: str) -
 
 def nll_reading(mean_diff: float, worst: list[dict], name: str) -> str:
     ratio = math.exp(mean_diff)
-    text = (f"Over this text {name} pays {mean_diff:+.3f} nats a token against the dense model "
-            f"(perplexity × {ratio:.3g})")  # fmt: skip
+    text = (
+        f"Over this text {name} pays {mean_diff:+.3f} nats a token against the dense model "
+        f"(perplexity × {ratio:.3g})"
+    )
     if worst and worst[0]["nll_diff"] > 0:
         text += f"; its hardest token is “{worst[0]['token']}” (+{worst[0]['nll_diff']:.2f} nats)"
     return text + "."

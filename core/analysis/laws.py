@@ -140,9 +140,12 @@ class Means:
 
     @classmethod
     def from_units(
-        cls, s: Sequence[float], nll: Sequence[np.ndarray], dense: np.ndarray,
+        cls,
+        s: Sequence[float],
+        nll: Sequence[np.ndarray],
+        dense: np.ndarray,
         boot: Bootstrap = DEFAULT_BOOT,
-    ) -> Means:  # fmt: skip
+    ) -> Means:
         """s (P,); nll per point (seeds, windows) window NLLs; dense (windows,)."""
         if len(s) != len(nll):
             raise ConfigError(f"{len(s)} sparsities but {len(nll)} points")
@@ -154,9 +157,14 @@ class Means:
         if not est[-1] > 0:
             raise ConfigError(f"the dense model's mean NLL must be > 0, got {est[-1]}")
         return cls(
-            s_arr, est[:-1] / est[-1], float(est[-1]), means[:, :-1] / means[:, -1:],
-            means[:, -1], int(pts[0].shape[1]), min(a.shape[0] for a in pts[:-1]),
-        )  # fmt: skip
+            s_arr,
+            est[:-1] / est[-1],
+            float(est[-1]),
+            means[:, :-1] / means[:, -1:],
+            means[:, -1],
+            int(pts[0].shape[1]),
+            min(a.shape[0] for a in pts[:-1]),
+        )
 
 
 def _iv(samples: np.ndarray, estimate: float) -> Interval:
@@ -174,13 +182,22 @@ def score_law(law: Law, m: Means, s_fit: float = S_FIT) -> dict[str, Any]:
     for i, name in enumerate(law.params):
         out[name] = _iv(beta_boot[:, i], float(beta[i]))
     kinds = {
-        "fit": (_errors(law, s, m.rel, np.asarray(m.log0), every),
-                _errors(law, s, m.rel_boot, m.log0_boot, every), every),
-        "loo": (_loo(law, s, m.rel, np.asarray(m.log0)),
-                _loo(law, s, m.rel_boot, m.log0_boot), every),
-        "extrap": (_errors(law, s, m.rel, np.asarray(m.log0), low),
-                   _errors(law, s, m.rel_boot, m.log0_boot, low), ~low),
-    }  # fmt: skip
+        "fit": (
+            _errors(law, s, m.rel, np.asarray(m.log0), every),
+            _errors(law, s, m.rel_boot, m.log0_boot, every),
+            every,
+        ),
+        "loo": (
+            _loo(law, s, m.rel, np.asarray(m.log0)),
+            _loo(law, s, m.rel_boot, m.log0_boot),
+            every,
+        ),
+        "extrap": (
+            _errors(law, s, m.rel, np.asarray(m.log0), low),
+            _errors(law, s, m.rel_boot, m.log0_boot, low),
+            ~low,
+        ),
+    }
     points: list[dict[str, Any]] = [{"s": float(v)} for v in s]
     for kind, (est, reps, mask) in kinds.items():
         out[kind] = _iv(_mean_abs(reps, mask), float(_mean_abs(est, mask)))

@@ -213,8 +213,14 @@ def effective_relation(ppl0: float, d: float, rows: Iterable[Mapping[str, Any]])
     a, b, r2 = linear_fit([r["dim_ratio"] for r in out_rows], [r["ratio"] for r in out_rows])
     mae = sum(abs(r["rel_error"]) for r in out_rows) / len(out_rows)
     held_out = method_out_of_sample(log0, out_rows)
-    return {"rows": out_rows, "mean_abs_rel_error": mae, "a": a, "b": b, "r2": r2,
-            "held_out": held_out}  # fmt: skip
+    return {
+        "rows": out_rows,
+        "mean_abs_rel_error": mae,
+        "a": a,
+        "b": b,
+        "r2": r2,
+        "held_out": held_out,
+    }
 
 
 def _ols(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -262,8 +268,12 @@ def method_out_of_sample(
     rng = np.random.default_rng(boot.seed)
     idx = np.arange(len(rows))
     draws = np.concatenate(  # (n_boot, R): runs resampled within each method, order kept
-        [rng.choice(idx[methods == m], size=(boot.n_boot, int((methods == m).sum())))
-         for m in np.unique(methods)], axis=1)  # fmt: skip
+        [
+            rng.choice(idx[methods == m], size=(boot.n_boot, int((methods == m).sum())))
+            for m in np.unique(methods)
+        ],
+        axis=1,
+    )
     order = np.concatenate([idx[methods == m] for m in np.unique(methods)])
     b_exact, b_line = _method_errors(log0, x[draws], ratio[draws], methods[order])
     sorted_exact, sorted_line = exact[order], line[order]

@@ -167,8 +167,9 @@ def _reach_words(points: list[dict[str, Any]], far: float | None) -> str:
     parts = []
     if far is not None:
         only = far <= pts[0]["s"]
-        parts.append(f"agrees within {tol} " + (f"only at s = {far:.3g}" if only else
-                                                f"up to s ≈ {far:.3g}"))  # fmt: skip
+        parts.append(
+            f"agrees within {tol} " + (f"only at s = {far:.3g}" if only else f"up to s ≈ {far:.3g}")
+        )
     after = [p for p in pts if far is None or p["s"] > far]
     sign = {id(p): departure(p["fit_error_lo"], p["fit_error_hi"]) for p in after}
     first_off = next((i for i, p in enumerate(after) if sign[id(p)]), len(after))

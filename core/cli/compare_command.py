@@ -42,8 +42,10 @@ def cmd_compare(args: argparse.Namespace, progress: Any) -> dict[str, Any]:
 
 def human_text(out: dict[str, Any]) -> str:
     """The comparison as a few readable lines per run."""
-    lines = [f"prompt: {out['prompt']!r} ({out['decoding']})",
-             f"dense : {out['dense_continuation']!r}"]  # fmt: skip
+    lines = [
+        f"prompt: {out['prompt']!r} ({out['decoding']})",
+        f"dense : {out['dense_continuation']!r}",
+    ]
     for r in out["runs"]:
         name = f"run {r['run_id'][:8]}"
         lines += [

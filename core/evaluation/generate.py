@@ -45,8 +45,10 @@ class Decoding:
     def describe(self) -> str:
         if self.greedy:
             return f"greedy, {self.max_new_tokens} new tokens"
-        return (f"sampled at T = {self.temperature:g}, top-p {self.top_p:g}, seed {self.seed}, "
-                f"{self.max_new_tokens} new tokens")  # fmt: skip
+        return (
+            f"sampled at T = {self.temperature:g}, top-p {self.top_p:g}, seed {self.seed}, "
+            f"{self.max_new_tokens} new tokens"
+        )
 
 
 def next_token(logits: torch.Tensor, dec: Decoding, gen: torch.Generator | None) -> int:

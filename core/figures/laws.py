@@ -36,17 +36,31 @@ def laws_chart(laws: pd.DataFrame, points: pd.DataFrame, ppl0: float) -> go.Figu
             continue
         y = np.exp(log0 * law_curve(row.law, params, grid))
         fig.add_trace(
-            go.Scatter(x=grid, y=y, mode="lines", name=f"{row.law}: {row.formula}",
-                       line=dict(color=LAW_COLORS.get(row.law), dash="dot"))
-        )  # fmt: skip
+            go.Scatter(
+                x=grid,
+                y=y,
+                mode="lines",
+                name=f"{row.law}: {row.formula}",
+                line=dict(color=LAW_COLORS.get(row.law), dash="dot"),
+            )
+        )
     err = None
     if {"ppl_lo", "ppl_hi"} <= set(points.columns) and points["ppl_lo"].notna().all():
-        err = dict(array=points["ppl_hi"] - points["ppl"],
-                   arrayminus=points["ppl"] - points["ppl_lo"], width=3)  # fmt: skip
+        err = dict(
+            array=points["ppl_hi"] - points["ppl"],
+            arrayminus=points["ppl"] - points["ppl_lo"],
+            width=3,
+        )
     fig.add_trace(
-        go.Scatter(x=points["s"], y=points["ppl"], mode="markers", name="measured",
-                   error_y=err, marker=dict(size=10, color=color_of("slicegpt")))
-    )  # fmt: skip
+        go.Scatter(
+            x=points["s"],
+            y=points["ppl"],
+            mode="markers",
+            name="measured",
+            error_y=err,
+            marker=dict(size=10, color=color_of("slicegpt")),
+        )
+    )
     fig.update_yaxes(**LOG_AXIS, title="perplexity (log)")
     fig.update_xaxes(title="slicing fraction s")
     return layout(fig, "Candidate laws fitted on every point")
@@ -68,12 +82,16 @@ def law_errors_chart(points: pd.DataFrame, kind: str = "extrap") -> go.Figure:
         ratio = 1 + g[col]
         fig.add_trace(
             go.Scatter(
-                x=g["s"], y=ratio, mode="lines+markers", name=str(law),
+                x=g["s"],
+                y=ratio,
+                mode="lines+markers",
+                name=str(law),
                 line=dict(color=LAW_COLORS.get(str(law))),
-                error_y=dict(array=g[f"{col}_hi"] - g[col], arrayminus=g[col] - g[f"{col}_lo"],
-                             width=3),
+                error_y=dict(
+                    array=g[f"{col}_hi"] - g[col], arrayminus=g[col] - g[f"{col}_lo"], width=3
+                ),
             )
-        )  # fmt: skip
+        )
     fig.add_hline(y=1.0, line=dict(color="gray", dash="dash"))
     fig.update_yaxes(**LOG_AXIS, title="predicted / measured perplexity (log)")
     fig.update_xaxes(title="slicing fraction s")
@@ -102,11 +120,11 @@ def law_frame(laws: pd.DataFrame) -> pd.DataFrame:
                 "law": r["formula"],
                 "parameters [95%]": params or "none",
                 "in sample": _iv(r["fit_error"], math.nan, math.nan, ".1%"),
-                "leave one s out": _iv(r["loo_error"], r["loo_error_lo"], r["loo_error_hi"],
-                                       ".1%"),
-                "extrapolated": _iv(r["extrap_error"], r["extrap_error_lo"],
-                                    r["extrap_error_hi"], ".1%"),
+                "leave one s out": _iv(r["loo_error"], r["loo_error_lo"], r["loo_error_hi"], ".1%"),
+                "extrapolated": _iv(
+                    r["extrap_error"], r["extrap_error_lo"], r["extrap_error_hi"], ".1%"
+                ),
                 "verdict": r["verdict"] + (" (best)" if r.get("best") else ""),
             }
-        )  # fmt: skip
+        )
     return pd.DataFrame(rows)

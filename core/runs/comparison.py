@@ -311,8 +311,9 @@ def compare_run(
             _RESULTS.move_to_end(key)
             return _RESULTS[key]
         comparable(run)
-        return _remember(_RESULTS, key, _compare(store, run, text, dec, on_token, progress),
-                         RESULT_CACHE)  # fmt: skip
+        return _remember(
+            _RESULTS, key, _compare(store, run, text, dec, on_token, progress), RESULT_CACHE
+        )
 
 
 def _compare(store: RunStore, run: Run, text: str, dec: Decoding, on_token, progress):

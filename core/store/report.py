@@ -113,8 +113,16 @@ def metric_rows(store: RunStore, run: Run) -> list[tuple[str, Any]]:
             rows.append(("dense perplexity [95 % interval]", str(iv)))
         else:
             rows.append(("dense perplexity", m.get("dense_ppl")))
-    for key in ("achieved_sparsity", "kept_params", "mean_acc", "dense_mean_acc", "d_sliced",
-                "prune_seconds", "n_windows", "n_tokens"):  # fmt: skip
+    for key in (
+        "achieved_sparsity",
+        "kept_params",
+        "mean_acc",
+        "dense_mean_acc",
+        "d_sliced",
+        "prune_seconds",
+        "n_windows",
+        "n_tokens",
+    ):
         if key in m:
             rows.append((key, m[key]))
     return rows

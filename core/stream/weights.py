@@ -316,9 +316,12 @@ class ShardWriter:
                 info = header[key]
                 start, end = info["data_offsets"]
                 span = Span(
-                    source.folder / file, base + start, end - start, info["dtype"],
+                    source.folder / file,
+                    base + start,
+                    end - start,
+                    info["dtype"],
                     tuple(info["shape"]),
-                )  # fmt: skip
+                )
                 self.buffer[key] = span
                 self.buffered += span.nbytes
                 if self.buffered >= self.shard_bytes:
