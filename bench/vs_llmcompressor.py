@@ -1,4 +1,4 @@
-"""PruneScope against llm-compressor 0.14 on the same calibration tensor (issue #29).
+"""PruneScope against llm-compressor 0.14 on the same calibration tensor.
 
     python bench/vs_llmcompressor.py [--model smollm2-135m] [--rounds 2]
         [--only wanda-50% sparsegpt-2:4 ...] [--venv /tmp/llmc-venv]
