@@ -148,7 +148,7 @@ def index_damage(root: str | Path) -> str | None:
             return None
         with open(path, "rb") as fh:
             head = fh.read(100)
-    except FileNotFoundError:
+    except OSError:  # absent, or the store itself unreadable (RunStore says so)
         return None
     if not head.startswith(SQLITE_MAGIC[: len(head)]) or len(head) < len(SQLITE_MAGIC):
         return "file is not a database"
