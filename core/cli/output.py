@@ -93,8 +93,8 @@ def law_table(rows: list[dict[str, Any]]) -> list[str]:
     """The candidate laws of (A1) (core.analysis.laws): parameters and mean |error| in
     sample, leaving one s out and extrapolating, each with its 95% interval."""
     out = [
-        f"{'law':<8}{'parameters [95%]':<58}{'in sample':>11}{'leave-one-s-out':>26}"
-        f"{'extrapolating':>26}  verdict"
+        f"{'law':<8}{'parameters [95%]':<58}{'in sample':>11} {'leave-one-s-out':>25} "
+        f"{'extrapolating':>25}  verdict"
     ]
     for r in rows:
         params = ", ".join(
@@ -109,7 +109,7 @@ def law_table(rows: list[dict[str, Any]]) -> list[str]:
         fit = _iv(r["fit_error"], None, None, ".1%")
         best = " (best)" if r.get("best") else ""
         out.append(
-            f"{r['law']:<8}{params or '-':<58}{fit:>11}{errs[0]:>26}{errs[1]:>26}  "
+            f"{r['law']:<8}{params or '-':<58}{fit:>11} {errs[0]:>25} {errs[1]:>25}  "
             f"{r['verdict']}{best}"
         )
     return out
