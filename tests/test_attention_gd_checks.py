@@ -5,6 +5,8 @@ spectrum must come out supported with μ̂ and L̂ within 10 % of its extreme ei
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -70,3 +72,73 @@ def test_controls_table_matches_expectations():
 
     rows = controls()
     assert [r["verdict"] for r in rows] == [r["expected"] for r in rows]
+
+
+# ---- stated power (controls matched to the layers' conditioning, production budget) --------
+
+
+def test_power_is_measured_on_known_controls_at_the_production_budget():
+    from core.methods.attention_gd.options import AttentionGDOptions
+    from core.methods.attention_gd.power import PRODUCTION_STEPS, STARTS, detection_power
+
+    assert AttentionGDOptions().steps == PRODUCTION_STEPS
+    p = detection_power(PRODUCTION_STEPS, 1e-2)
+    assert p["steps"] == PRODUCTION_STEPS and p["mu"] == 1e-2
+    for key in ("supported", "false_contradicted", "contradicted", "false_supported"):
+        r = p[key]
+        assert r["n"] == STARTS and 0.0 <= r["lo"] <= r["rate"] <= r["hi"] <= 1.0
+    assert p["contradicted"]["rate"] == 1.0  # x⁴ is caught at the production budget
+    assert p["false_supported"]["rate"] == 0.0
+
+
+def test_matched_controls_have_their_stated_mu_and_l():
+    from core.methods.attention_gd.controls import matched_quadratic
+
+    f = matched_quadratic(1e-4, seed=0)
+    H = torch.autograd.functional.hessian(f, torch.zeros(N, dtype=F64))
+    eig = torch.linalg.eigvalsh(H)
+    assert eig[0].item() == pytest.approx(1e-4, rel=1e-6)
+    assert eig[-1].item() == pytest.approx(1.0, rel=1e-9)
+
+
+def test_violating_and_satisfying_controls_at_the_budget_the_report_states():
+    from core.methods.attention_gd.controls import matched_quadratic, pl_violating
+    from core.methods.attention_gd.power import (
+        PRODUCTION_STEPS,
+        TARGET,
+        detecting_budget,
+        detection_power,
+        judge_control,
+        power_note,
+    )
+
+    budget = detecting_budget(1e-2)
+    assert budget is not None
+    assert detection_power(budget, 1e-2)["supported"]["rate"] >= TARGET
+    assert judge_control(matched_quadratic(1e-2, 0), 0, budget)["verdict"] == "supported"
+    assert judge_control(pl_violating(0), 0, budget)["verdict"] == "contradicted"
+    note = power_note("inconclusive", PRODUCTION_STEPS)
+    assert note.startswith(f"inconclusive: at {PRODUCTION_STEPS} steps this rule detects PL")
+    assert "μ = 0.0001" in note and "%" in note
+
+
+def test_uninformative_bound_is_flagged_and_not_counted():
+    eig = torch.linspace(1.0, 10.0, N, dtype=F64)
+    f = lambda x: 0.5 * (eig * x * x).sum()  # noqa: E731
+    loose = judge(f, start(5), 100, analytic_bound=1e7)  # 1e6 above the secants (≤ 10)
+    assert loose["bound_uninformative"] is True
+    tight = judge(f, start(5), 100, analytic_bound=15.0)
+    assert tight["bound_uninformative"] is False
+    assert tight["verdict"] == loose["verdict"] == "supported"
+
+
+def test_predicted_steps_from_the_rate_beside_steps_taken():
+    from core.methods.attention_gd.diagnostics import predicted_steps
+
+    # Rate 1 − μ/L = 0.9: ln(1e3)/−ln(0.9) ≈ 65.6 steps to shrink the gap 1000-fold.
+    assert predicted_steps(0.1, 1.0, 1.0, 1e-3) == pytest.approx(65.56, rel=1e-3)
+    assert math.isnan(predicted_steps(0.0, 1.0, 1.0, 1e-3))
+    out = judge(lambda x: 0.5 * (torch.linspace(1.0, 10.0, N, dtype=F64) * x * x).sum(),
+                start(5), 30)  # fmt: skip
+    assert out["steps_taken"] == 30
+    assert 0 < out["steps_pred"] < math.inf

@@ -2,11 +2,15 @@
 
 A check earns trust by saying "no" where the answer is no: x⁴ has no PL constant at its
 minimum, |x − c|^{3/2} has a gradient that is not Lipschitz at c, and a strongly convex
-quadratic with spectrum 1..10 satisfies both with μ = 1, L = 10.
+quadratic with spectrum 1..10 satisfies both with μ = 1, L = 10. The *matched* controls carry
+the conditioning of the real layers' problems (curvature spanning many decades): quadratics
+whose spectrum runs log-evenly from μ = 1e-2 or 1e-4 up to L = 1, and a shifted x⁴ that
+violates PL; ``power`` runs them at the production step budget.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -40,6 +44,31 @@ def cases() -> list[tuple]:
         ("quadratic, spectrum 1..10", lambda x: 0.5 * (x - c) @ A @ (x - c), 4, 150,
          "supported", (1.0, 10.0)),
     ]  # fmt: skip
+
+
+MATCHED_MU = (1e-2, 1e-4)  # PL constants of the matched quadratics (L = 1)
+MATCHED_L = 1.0
+
+
+def start(seed: int) -> torch.Tensor:
+    """A seeded random start in the [0, 1] box (the mask's box)."""
+    return _start(1000 + seed)
+
+
+def matched_quadratic(mu: float, seed: int, lip: float = MATCHED_L):
+    """½(x − c)ᵀA(x − c) with A = QΛQᵀ, Λ log-spaced over [μ, L] (so μ and L are exact and
+    the spectrum spans log10(L/μ) decades), Q and c drawn from ``seed``: PL holds with μ."""
+    gen = torch.Generator().manual_seed(seed)
+    Q, _ = torch.linalg.qr(torch.randn(N, N, generator=gen, dtype=F64))
+    lam = torch.logspace(math.log10(mu), math.log10(lip), N, dtype=F64)
+    A, c = Q @ torch.diag(lam) @ Q.T, torch.rand(N, generator=gen, dtype=F64)
+    return lambda x: 0.5 * (x - c) @ A @ (x - c)
+
+
+def pl_violating(seed: int):
+    """Σ(x − c)⁴ with c drawn from ``seed``: ½‖∇L‖²/(L − L*) → 0 at c, so no μ > 0 (PL fails)."""
+    c = torch.rand(N, generator=torch.Generator().manual_seed(seed), dtype=F64)
+    return lambda x: (x - c).pow(4).sum()
 
 
 def control_trajectories() -> list[dict[str, Any]]:

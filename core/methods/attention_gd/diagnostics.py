@@ -22,7 +22,9 @@ Verdict rule (``RULE``; the page prints it):
                 ≥ 1.5 decades of gap; or a point has gap > 0 and zero gradient;
                 or (smoothness) the curvature estimates (Hessian and secants) grow as
                 L → L* at slope ≤ −0.15 in log-log, r² ≥ 0.6, ≥ 3× over ≥ 1.5 decades (no finite L);
-                or an estimate exceeds the analytical bound by > 5 %;
+                or an estimate exceeds the analytical bound by > 5 % (only where the bound
+                is informative: within 10³ of the measured curvature; a bound further above
+                cannot fire, is flagged "uninformative" and is not counted as a check);
   supported     if not contradicted, μ̂ > 0 with ≥ 6 eligible points spanning ≥ 1 decade of
                 gap, the PL slope < 0.25, and U ≤ ½ the median eligible gap;
   inconclusive  otherwise (too few points, gaps too narrow, or L* too uncertain).
@@ -44,6 +46,7 @@ from torch import Tensor
 RULE = __doc__.split("Verdict rule (``RULE``; the page prints it):\n")[1].split("\nThe thr")[0]
 VERDICTS = ("supported", "contradicted", "inconclusive")
 PL_SLOPE, HESS_SLOPE, MIN_R2, MIN_DECADES, HESS_GROWTH = 0.25, -0.15, 0.6, 1.5, 3.0
+UNINFORMATIVE = 1e3  # analytical bound / measured curvature above which the bound cannot fire
 
 
 class Objective(Protocol):
@@ -242,7 +245,8 @@ def check_assumptions(
         and h_growth >= HESS_GROWTH
     ):
         reasons.append(f"Hessian grows as L → L* (slope {h_slope:.2f}, ×{h_growth:.1f})")
-    if math.isfinite(analytic_bound) and lip_hat > 1.05 * analytic_bound:
+    uninformative = bound_uninformative(analytic_bound, lip_hat)
+    if math.isfinite(analytic_bound) and not uninformative and lip_hat > 1.05 * analytic_bound:
         reasons.append(f"L̂ {lip_hat:.3g} exceeds the analytical bound {analytic_bound:.3g}")
     if reasons:
         verdict = "contradicted"
@@ -271,10 +275,39 @@ def check_assumptions(
         "lipschitz_hessian": lip_hess,
         "lipschitz_secant": lip_sec,
         "lipschitz_bound": analytic_bound,
+        "bound_uninformative": uninformative,
         "pl_slope": pl_slope,
         "hessian_slope": h_slope,
         "n_points": len(elig),
         "gap_decades": gap_dec,
         "rate_pred": 1.0 - mu_hat / lip_hat if lip_hat > 0 and math.isfinite(mu_hat) else math.nan,
         "check_evaluations": len(long.values) + 2 * points + len(idx) * power_iters,
+        "steps_taken": steps,
+        "steps_pred": predicted_steps(
+            mu_hat, lip_hat, judged.values[0] - star_lo, judged.values[best] - star_lo
+        ),
     }
+
+
+def bound_uninformative(bound: float, measured: float) -> bool:
+    """Whether an analytical Lipschitz bound sits more than ``UNINFORMATIVE`` above the
+    measured curvature (Hessian, secants): the "bound below curvature" trigger can then never
+    fire, so the bound is shown as uninformative and not counted as a check."""
+    if not (math.isfinite(bound) and math.isfinite(measured)) or measured <= 0:
+        return False
+    return bound > UNINFORMATIVE * measured
+
+
+def predicted_steps(mu: float, lip: float, gap0: float, gap_eps: float) -> float:
+    """Theorem 4.1's steps to bring the gap L − L* from ``gap0`` down to ε = ``gap_eps`` at
+    the linear rate 1 − μ/L (step 1/L): k = ln(gap0/ε) / −ln(1 − μ/L). NaN where undefined."""
+    if not all(math.isfinite(v) for v in (mu, lip, gap0, gap_eps)):
+        return math.nan
+    if mu <= 0 or lip <= 0 or gap0 <= 0 or gap_eps <= 0:
+        return math.nan
+    if gap_eps >= gap0:
+        return 0.0
+    rate = mu / lip
+    if rate >= 1.0:  # one exact step (μ̂ ≤ L̂ for a true PL function; estimates can cross)
+        return 1.0
+    return math.log(gap0 / gap_eps) / -math.log1p(-rate)
