@@ -138,7 +138,8 @@ def test_predicted_steps_from_the_rate_beside_steps_taken():
     # Rate 1 − μ/L = 0.9: ln(1e3)/−ln(0.9) ≈ 65.6 steps to shrink the gap 1000-fold.
     assert predicted_steps(0.1, 1.0, 1.0, 1e-3) == pytest.approx(65.56, rel=1e-3)
     assert math.isnan(predicted_steps(0.0, 1.0, 1.0, 1e-3))
-    out = judge(lambda x: 0.5 * (torch.linspace(1.0, 10.0, N, dtype=F64) * x * x).sum(),
-                start(5), 30)  # fmt: skip
+    out = judge(
+        lambda x: 0.5 * (torch.linspace(1.0, 10.0, N, dtype=F64) * x * x).sum(), start(5), 30
+    )
     assert out["steps_taken"] == 30
     assert 0 < out["steps_pred"] < math.inf
