@@ -169,9 +169,8 @@ def heatmap(page) -> Timing:
 def compare_prompt(page) -> Timing:
     """On Compare: a text never typed before, sent with Ctrl+Enter: the dense model and the
     page's default run (the first listed) continue it and are compared layer by layer."""
-    box = page.get_by_label("Prompt", exact=True)
-    if box.input_value():  # a prepared prompt is on: switch to the user's own text first
-        act(page, page.get_by_text("Your own text", exact=True).click)
+    if not page.get_by_role("radio", name="Your own text", exact=True).is_checked():
+        act(page, page.get_by_text("Your own text", exact=True).click)  # leave the prepared one
     box = page.get_by_label("Prompt", exact=True)
     box.fill(f"A new text typed at {time.time():.3f} to miss every cache, then continued.")
     return act(page, lambda: box.press("Control+Enter"))

@@ -62,7 +62,7 @@ SAME_BASIS = "The run computes in the dense model's basis."
 # how a compared model was obtained -> what the page says
 HOW = {
     "dense": "the dense model",
-    "stored": "rebuilt from its stored masks",
+    "stored": "rebuilt from what it stored (keep masks, and changed weights)",
     "saved": "loaded from its saved folder",
     "rebuilt": "rebuilt by re-running its pruning",
 }
