@@ -41,7 +41,13 @@ from pages.forms import (
     show_estimate,
     upload_widget,
 )
-from pages.repdim_views import matched_budgets, relation_slider, show_held_out, show_laws
+from pages.repdim_views import (
+    matched_budgets,
+    relation_slider,
+    show_held_out,
+    show_laws,
+    show_recovery,
+)
 from pages.starters import offer_run
 
 require_frame(__file__)
@@ -312,8 +318,9 @@ def cached_effdim_points(version: tuple, _done: list) -> pd.DataFrame:
 
 # ---- page ----------------------------------------------------------------------------------------
 SWEEP, BUDGETS, EFFDIM = "SliceGPT sweep", "Matched budgets", "Effective dimension"
+RECOVERY = "After recovery"
 sweep_launcher()
-section, pane = open_section([SWEEP, BUDGETS, EFFDIM], key="repdim_section")
+section, pane = open_section([SWEEP, BUDGETS, EFFDIM, RECOVERY], key="repdim_section")
 version = (str(store.root), *store.version())  # keys the cached tables below
 with pane:
     if section == SWEEP:
@@ -324,6 +331,9 @@ with pane:
             offer_run(store, PAGE_REPDIM, "No finished SliceGPT sweep in the store yet.")
     elif section == BUDGETS:
         matched_budgets(list_runs(store, status="done"), version)
+    elif section == RECOVERY:
+        st.subheader("Paper A's relation before and after recovery")
+        show_recovery(store)
     else:
         st.subheader("Effective dimension of every stored run")
         show_effdim(cached_effdim_points(version, list_runs(store, status="done")))

@@ -1,6 +1,7 @@
 """The Representation dimension page's views (not a page): a sweep's candidate laws with their
 out-of-sample errors and verdict, each method predicted from the others, a slider for s read
-through Paper A's relation beside the nearest measured point, and the matched-budget chart."""
+through Paper A's relation beside the nearest measured point, the matched-budget chart, and
+the relation before and after recovery fine-tuning."""
 
 from __future__ import annotations
 
@@ -10,6 +11,14 @@ import pandas as pd
 import streamlit as st
 
 from core import figures
+from core.analysis.after_recovery import (
+    FIT_COLUMNS,
+    POINT_COLUMNS,
+    before_after_curves,
+    recovered_groups,
+    recovered_pairs,
+    recovered_relation,
+)
 from core.analysis.budget import BUDGETS
 from core.analysis.laws import PPL_TOL, S_FIT
 from core.analysis.teaching import budget_points, matched_summary, slice_point
@@ -17,7 +26,7 @@ from core.analysis.verdicts import KAPPA_TOL
 from core.figures.laws import ERROR_KINDS, law_errors_chart, law_frame, laws_chart
 from core.figures.repdim import BUDGET_AXIS
 from core.names import T_LAW_POINTS, T_LAWS
-from core.store.run_store import Run, RunRecord
+from core.store.run_store import Run, RunRecord, RunStore
 from pages.common import number_table
 
 BASES = {"s": "nominal s", "s_eff": "achieved s_eff = 1 − d′/d"}
@@ -165,3 +174,41 @@ def matched_budgets(records: list[RunRecord], version: tuple) -> None:
         "clears every other's; runs without intervals (one calibration seed) decide nothing."
         + (f" Winners: {wins}." if wins else "")
     )
+
+
+def show_recovery(store: RunStore) -> None:
+    """Perplexity against s before and after recovery of stored SliceGPT slice runs, and
+    (A1)'s verdict on the recovered points beside the one-shot one
+    (core.analysis.after_recovery)."""
+    groups = recovered_groups(recovered_pairs(store))
+    group = None
+    if len(groups) > 1:
+        group = st.selectbox(
+            "Recovered slice runs", groups, format_func=lambda g: g.label, key="recovery_group"
+        )
+    rel = recovered_relation(store, group)
+    if rel["group"] is None:
+        st.info(rel["message"])
+        return
+    st.caption(
+        f"{rel['group'].label}. Each point: the slice runs that were recovered (one-shot) and "
+        "their recover runs, against the same dense model and evaluation windows."
+    )
+    frame = pd.DataFrame(before_after_curves(rel["points"]))
+    st.plotly_chart(
+        figures.ppl_vs_sparsity(frame, "Perplexity vs s, before and after recovery"),
+        key="recovery_chart",
+    )
+    points = pd.DataFrame(rel["points"], columns=list(POINT_COLUMNS))
+    number_table(points.set_index("s"), key="recovery_points", fmt="%.4g")
+    if rel["message"]:
+        st.info(rel["message"])
+        return
+    st.markdown(
+        f"**Paper A's (A1) fitted to each set of points** (κ with its 95% interval; first "
+        f"order supported when it lies inside 1 ± {KAPPA_TOL:g}, core.analysis.verdicts)"
+    )
+    fits = pd.DataFrame(rel["fits"], columns=list(FIT_COLUMNS))
+    st.dataframe(fits.drop(columns="sentence"), hide_index=True, key="recovery_fits")
+    for fit in rel["fits"]:
+        st.markdown(f"**{fit['fit']}**: {fit['sentence']}")
