@@ -32,8 +32,8 @@ import torch
 from torch import nn
 
 from core.errors import ConfigError
+from core.machine.device import single_thread
 from core.methods.slicegpt import as_adapter
-from core.methods.slicegpt.rotation import single_thread
 
 PRIMARY = "erank_c"
 MIN_TOKENS_PER_DIM = 10

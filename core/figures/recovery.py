@@ -23,28 +23,22 @@ def recovery_curve(curve: pd.DataFrame, parent_ppl: float | None = None) -> go.F
         return empty_figure("no curve recorded")
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     trained = curve[curve["train_loss"].notna()]
-    fig.add_trace(
-        go.Scatter(
-            x=trained["step"],
-            y=trained["train_loss"],
-            mode="lines+markers",
-            name="training loss",
-            line=dict(color=LOSS_COLOR),
-            hovertemplate="step %{x}<br>loss %{y:.4f}<extra></extra>",
-        ),
-        secondary_y=False,
+    series = (
+        (trained, "train_loss", "training loss", LOSS_COLOR, "loss %{y:.4f}", False),
+        (curve, "heldout_ppl", "held-out perplexity", PPL_COLOR, "ppl %{y:.3f}", True),
     )
-    fig.add_trace(
-        go.Scatter(
-            x=curve["step"],
-            y=curve["heldout_ppl"],
-            mode="lines+markers",
-            name="held-out perplexity",
-            line=dict(color=PPL_COLOR),
-            hovertemplate="step %{x}<br>ppl %{y:.3f}<extra></extra>",
-        ),
-        secondary_y=True,
-    )
+    for rows, column, name, color, hover, right in series:
+        fig.add_trace(
+            go.Scatter(
+                x=rows["step"],
+                y=rows[column],
+                mode="lines+markers",
+                name=name,
+                line=dict(color=color),
+                hovertemplate=f"step %{{x}}<br>{hover}<extra></extra>",
+            ),
+            secondary_y=right,
+        )
     if parent_ppl is not None and math.isfinite(parent_ppl):
         fig.add_trace(
             level(parent_ppl, 0, float(curve["step"].max()), "before recovery", "gray"),

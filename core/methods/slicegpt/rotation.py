@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from core.errors import ConfigError
+from core.machine.device import single_thread
 from core.methods.slicegpt.modules import map_rows_narrowing, set_embedding, set_linear
 
 
@@ -47,24 +48,6 @@ def pca_basis(cov: torch.Tensor, damp: float = 0.01) -> tuple[torch.Tensor, torc
         eigvals, Q = torch.linalg.eigh(damped)
     order = torch.argsort(eigvals, descending=True)
     return eigvals[order] - shift, Q[:, order]
-
-
-@contextmanager
-def single_thread(device: torch.device) -> Iterator[None]:
-    """Run a CPU eigendecomposition on one thread.
-
-    MKL's multi-threaded syevd barely beats one thread at d ≈ 500-4000 and is many times
-    slower when the cores are shared (the SliceGPT timings in bench/repdim_sweep.py).
-    """
-    if device.type != "cpu":
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def randomize_kept(Q: torch.Tensor, keep: int, generator: torch.Generator) -> torch.Tensor:
