@@ -17,6 +17,7 @@ from test_app import widget_of as widget
 from core.cli.main import build_parser, field_values
 from core.cli.reproduce import command_flags
 from core.cli.sweep_command import sweep_kind
+from core.errors import ConfigError
 from core.figures.sweeps import DENSE as FIGURE_DENSE
 from core.figures.sweeps import accuracy_curves, sweep_curves
 from core.jobs.grid_sweep import cell_grid, grid_status
@@ -75,6 +76,25 @@ def test_a_grid_point_is_the_prune_page_run() -> None:
     prune = requests.plan_request("prune", {**TINY, "method": "sparsegpt", "sparsity": 0.5})
     spec = requests.grid_spec({**TINY, "method": ["wanda", "sparsegpt"], "sparsities": [0.5]})
     assert prune.run_id in {c.run_id for c in resolve_grid(spec)}
+
+
+def test_a_grid_point_types_its_options_as_prune_does() -> None:
+    """``--option percdamp=1`` is the float 1.0 in a sweep (shared or METHOD.KEY) as in a
+    prune: one parse by the option's kind, so one run id; a key the method lacks is refused."""
+    prune = requests.plan_request(
+        "prune", {**TINY, "method": "sparsegpt", "sparsity": 0.5, "option": ["percdamp=1"]}
+    )
+    assert dict(prune.prune.options)["percdamp"] == 1.0
+    for option in (["percdamp=1"], ["sparsegpt.percdamp=1"]):
+        spec = requests.grid_spec(
+            {**TINY, "method": ["sparsegpt"], "sparsities": [0.5], "option": option}
+        )
+        assert prune.run_id in {c.run_id for c in resolve_grid(spec)}, option
+    bad = requests.grid_spec(
+        {**TINY, "method": ["wanda"], "sparsities": [0.5], "option": ["percdamp=1"]}
+    )
+    with pytest.raises(ConfigError, match="no option percdamp"):
+        resolve_grid(bad)
 
 
 def test_cli_and_app_sweeps_give_the_same_run_ids() -> None:

@@ -95,7 +95,7 @@ def test_nm_points_collapse_to_their_own_sparsity():
         ({"methods": ("sparsegpt",), "patterns": ("3:7",)}, "pattern=3:7 .*divisible by 7"),
         ({"methods": ("slicegpt",), "sparsities": (0.5, 0.99)}, "sparsity=0.99 .*rounds down"),
         ({"methods": ("magnitude", "nosuch")}, "method=nosuch"),
-        ({"options": (("percdamp", 0.1),)}, "method=magnitude .*options"),
+        ({"options": ("percdamp=0.1",)}, "method=magnitude .*option"),
         (
             {"eval": EvalConfig(DataSpec("pydoc", "test"), seqlen=4096)},
             "exceeds the model's context",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.errors import ConfigError
@@ -114,6 +114,15 @@ def typed_options(method: str, given: Any = ()) -> Any:
         return cls(**values)
     except TypeError as exc:
         raise ConfigError(f"bad options for {method}: {exc}") from exc
+
+
+def typed_pairs(method: str, pairs: Sequence[str]) -> tuple[tuple[str, Any], ...]:
+    """The ``KEY=VALUE`` options a user gave, each typed by its option's kind as
+    ``typed_options`` types them, as sorted (key, value) pairs: only the keys given, since a
+    sweep's id is its options as given."""
+    typed = typed_options(method, pairs)
+    keys = {str(pair).partition("=")[0].strip().replace("-", "_") for pair in pairs}
+    return tuple(sorted((key, getattr(typed, key)) for key in keys))
 
 
 def option_pairs(method: str, values: dict[str, Any], prefix: str = "") -> list[str]:

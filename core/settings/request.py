@@ -8,7 +8,6 @@ so CLI, app and background jobs validate the same way and get the same run id.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ from core.settings.config import (
     ZeroShotConfig,
 )
 from core.settings.field import FLOAT, INT, LIST, MULTI, Field, method_list
-from core.settings.method_options import typed_options
+from core.settings.method_options import typed_options, typed_pairs
 from core.store.run_store import RunStore
 from core.sweeps.grid import GridSpec
 
@@ -80,20 +79,6 @@ def values_of(command: str, given: Mapping[str, Any]) -> dict[str, Any]:
         ref = sweep_reference(values["method"])
         values.update({k: ref[k] for k in ("calib", "seed") if values[k] is None})
     return values
-
-
-def parse_options(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
-    """['lam=0.1', 'scope=row'] -> (('lam', 0.1), ('scope', 'row')); JSON values parsed."""
-    out = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--option expects KEY=VALUE, got {pair!r}")
-        try:
-            out[key.replace("-", "_")] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key.replace("-", "_")] = raw
-    return tuple(sorted(out.items()))
 
 
 def parse_grid(text: str) -> tuple[float, ...]:
@@ -173,8 +158,9 @@ def prune_config(v: Mapping[str, Any]) -> PruneConfig:
 
 
 def split_options(pairs: list[str]) -> tuple[tuple, tuple]:
-    """--option values of a sweep: (shared pairs, ((method, pairs), ...)); a key written
-    METHOD.KEY applies to that method only."""
+    """--option values of a sweep: (shared KEY=VALUE texts, ((method, texts), ...)); a key
+    written METHOD.KEY applies to that method only. The texts are typed per method by its
+    options' kinds when a point is planned (``core.sweeps.grid.point_options``)."""
     shared, own = [], {}
     for pair in pairs:
         key = pair.partition("=")[0]
@@ -183,7 +169,7 @@ def split_options(pairs: list[str]) -> tuple[tuple, tuple]:
             own.setdefault(method, []).append(pair.partition(".")[2])
         else:
             shared.append(pair)
-    return parse_options(shared), tuple((m, parse_options(p)) for m, p in sorted(own.items()))
+    return tuple(shared), tuple((m, tuple(p)) for m, p in sorted(own.items()))
 
 
 def grid_spec(given: Mapping[str, Any]) -> GridSpec:
@@ -232,7 +218,7 @@ def _plan_relation_sweep(v: Mapping[str, Any]) -> RunConfig:
         grid,
         calib_config(v),
         eval_config(v),
-        parse_options(v["option"]),
+        typed_pairs("slicegpt", v["option"]),
         zeroshot_config(v),
         parse_seeds(v["seeds"]),
         v["measure"],

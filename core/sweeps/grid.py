@@ -32,6 +32,7 @@ from core.settings.config import (
     RunConfig,
     ZeroShotConfig,
 )
+from core.settings.method_options import typed_pairs
 from core.settings.patterns import parse_pattern
 
 
@@ -48,10 +49,10 @@ class GridSpec:
     allocations: tuple[str, ...] = ("uniform",)
     seeds: tuple[int, ...] = (0,)  # calibration sampler seeds: the spread over them is reported
     targets: str = "all"
-    options: tuple[tuple[str, Any], ...] = ()  # applied to every method of the grid
+    options: tuple[str, ...] = ()  # KEY=VALUE texts applied to every method of the grid
     zeroshot: ZeroShotConfig | None = None
-    # (method, options) pairs: one method's own options, on top of ``options``
-    method_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    # (method, KEY=VALUE texts) pairs: one method's own options, on top of ``options``
+    method_options: tuple[tuple[str, tuple[str, ...]], ...] = ()
     measure: str = (
         RunConfig.measure
     )  # every point's (core.settings.config.MEASURES; the run's default)
@@ -95,9 +96,11 @@ def point_label(p: dict[str, Any]) -> str:
 
 
 def point_options(spec: GridSpec, method: str) -> tuple[tuple[str, Any], ...]:
-    """The grid's shared options with ``method``'s own on top."""
-    own = dict(dict(spec.method_options).get(method, ()))
-    return tuple(sorted({**dict(spec.options), **own}.items()))
+    """The grid's shared options with ``method``'s own on top, typed by ``method``'s option
+    kinds (as ``prune --option`` types them)."""
+    given = {text.partition("=")[0]: text for text in spec.options}
+    given |= {text.partition("=")[0]: text for text in dict(spec.method_options).get(method, ())}
+    return typed_pairs(method, list(given.values()))
 
 
 def plan_point(spec: GridSpec, model: ModelSpec, p: dict[str, Any]) -> RunConfig:
