@@ -22,9 +22,10 @@ TABLE_HEADS, TABLE_AGREEMENT = "gd_heads", "gd_agreement"
 UNCHECKED: dict[str, Any] = {"verdict": "not_checked"}
 
 
-def agreement_rows(ctx, W, keep, sparsity, col_sq, scope: str) -> list[dict[str, Any]]:
+def agreement_rows(ctx, W, keep, sparsity, col_sq, scope: str, start=None) -> list[dict[str, Any]]:
     """Per role: kept entries shared with the magnitude / Wanda keep masks (same sparsity,
-    same scope), as counts and fractions of the GD keep mask."""
+    same scope), as counts and fractions of the GD keep mask; with ``start`` (role -> the
+    binarised M₀), "mask_flip": the fraction of entries whose keep decision GD changed."""
     rows = []
     for role in ("q", "k"):
         s = sparsity[role]
@@ -41,6 +42,9 @@ def agreement_rows(ctx, W, keep, sparsity, col_sq, scope: str) -> list[dict[str,
                 "shared_wanda": shared_w,
                 "agreement_magnitude": shared_m / max(kept, 1),
                 "agreement_wanda": shared_w / max(kept, 1),
+                "mask_flip": math.nan
+                if start is None
+                else float((keep[role] != start[role]).float().mean()),
             }
         )
     return rows
@@ -78,6 +82,7 @@ def record_tables(ctx, groups, checks, keep, r, head_dim) -> float:
                     "loss_end": last["loss"],
                     "lam": res.lam,
                     "mask_delta": res.mask_delta,
+                    "converged": bool(res.converged),
                     "evaluations": res.evaluations,
                     "seconds": res.seconds,
                     "attn_fro_rel": float(rel.mean()),
@@ -107,13 +112,17 @@ def record_tables(ctx, groups, checks, keep, r, head_dim) -> float:
 
 def run_summary(tables: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Run-level metrics: mask agreement with magnitude / Wanda (kept entries shared, over
-    all q/k), mean ‖M_T − M₀‖/‖M₀‖ and the verdict counts of the assumption checks."""
+    all q/k), mean ‖M_T − M₀‖/‖M₀‖, mean fraction of keep decisions changed from bin(M₀)
+    ("mask_flip"), the fraction of groups whose optimiser reached ``tol`` ("gd_converged")
+    and the verdict counts of the assumption checks."""
     agree, groups = tables.get(TABLE_AGREEMENT, []), tables.get(TABLE_GROUPS, [])
     kept = sum(row["kept"] for row in agree)
     out: dict[str, Any] = {
         "mask_agreement_magnitude": sum(r["shared_magnitude"] for r in agree) / max(kept, 1),
         "mask_agreement_wanda": sum(r["shared_wanda"] for r in agree) / max(kept, 1),
         "mask_delta": sum(r["mask_delta"] for r in groups) / max(len(groups), 1),
+        "mask_flip": sum(r.get("mask_flip", math.nan) for r in agree) / max(len(agree), 1),
+        "gd_converged": sum(bool(r.get("converged")) for r in groups) / max(len(groups), 1),
     }
     verdicts = [r["verdict"] for r in groups]
     for v in ("supported", "contradicted", "inconclusive"):

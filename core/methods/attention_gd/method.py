@@ -3,7 +3,9 @@
 Per layer: joint Q/K mask GD per GQA group (optimiser), binarisation at the target sparsity,
 W ← M_bin∘W; then what the run records so no one mistakes a baseline's mask for a GD result:
 the fraction of the GD keep mask shared with the magnitude and Wanda masks at the same
-sparsity and scope, ‖M_T − M₀‖/‖M₀‖, and the assumption checks (diagnostics) per group.
+sparsity and scope, ‖M_T − M₀‖/‖M₀‖, the fraction of entries whose keep/prune decision differs
+from binarising M₀ ("mask_flip"), whether the optimiser reached its tolerance, and the
+assumption checks (diagnostics) per group.
 """
 
 from __future__ import annotations
@@ -194,6 +196,7 @@ class AttentionGD(Method):
             role: initial_mask(W[role], opts.init, col_sq, gen, sparsity[role], opts.scope)
             for role in ("q", "k")
         }
+        M0 = {role: M[role].clone() for role in ("q", "k")}  # GD overwrites M in place
         x_norms = spectral_norms(X) if opts.checks != "none" else None
         groups: list[GroupResult] = []
         for g in range(n_kv):
@@ -221,7 +224,11 @@ class AttentionGD(Method):
             else dict(UNCHECKED)
             for g, res in enumerate(groups)
         ]
-        agree = agreement_rows(ctx, W, keep, sparsity, col_sq, opts.scope)
+        start_keep = {
+            role: binarize(mask_scores(m0, W[role], opts.binarize), sparsity[role], opts.scope)
+            for role, m0 in M0.items()
+        }
+        agree = agreement_rows(ctx, W, keep, sparsity, col_sq, opts.scope, start_keep)
         errors = record_tables(ctx, groups, checks, keep, r, head_dim)
         ctx.add_rows(TABLE_AGREEMENT, agree)
         for role in ("q", "k"):
@@ -233,6 +240,8 @@ class AttentionGD(Method):
             extra = {
                 "attn_error": errors,
                 "mask_delta": delta,
+                "mask_flip": row["mask_flip"],
+                "gd_converged": sum(res.converged for res in groups) / len(groups),
                 "agree_magnitude": row["agreement_magnitude"],
                 "agree_wanda": row["agreement_wanda"],
                 "gd_steps": max(int(res.trajectory[-1]["step"]) for res in groups),

@@ -1,8 +1,9 @@
 """Algorithm 1 of Paper B on one GQA group: M₀, the λ schedule, the step rule and stopping.
 
-M_{t+1} = M_t − η_t∇L(M_t) until the relative loss change falls below ``tol`` or the cap T
-is reached. λ is made commensurate with the data term (``effective_lam``), M₀ can carry a
-baseline's ranking (``initial_mask``) and λ can be annealed (continuation: 10λ, λ, λ/10).
+M_{t+1} = M_t − η_t∇L(M_t) (``optimizer="gd"``; Adam or L-BFGS steps from ``steppers``
+otherwise) until the relative loss change falls below ``tol`` or the cap T is reached. λ is
+made commensurate with the data term (``effective_lam``), M₀ can carry a baseline's ranking
+(``initial_mask``) and λ can be annealed (continuation: 10λ, λ, λ/10).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from core.errors import ConfigError
 from core.methods.attention_gd.diagnostics import Descent
 from core.methods.attention_gd.objective import GroupProblem, HeadExtras, LossGrad
 from core.methods.attention_gd.options import DTYPES, INITS, AttentionGDOptions
+from core.methods.attention_gd.steppers import ADAM_LR, adam_steps, lbfgs_steps
 from core.methods.wanda import wanda_scores
 from core.pruning.masks import score_mask
 
@@ -92,6 +94,7 @@ class GroupResult:
     run: Descent = field(repr=False)
     evaluations: int = 0
     seconds: float = 0.0
+    converged: bool = False  # the last stage stopped on ``tol`` (or could not descend), not the cap
 
     @property
     def mask_delta(self) -> float:
@@ -138,7 +141,8 @@ def gd_prune_group(
     extras: HeadExtras | None = None,
 ) -> GroupResult:
     """GD on one GQA group (papers.md §3 Algorithm 1), per λ stage until
-    |L_t − L_{t+1}| ≤ tol·L_t or the stage's cap.
+    |L_t − L_{t+1}| ≤ tol·L_t or the stage's cap; ``options.optimizer`` "adam" / "lbfgs" take
+    their steps (``_steps``) under the same stopping rule.
 
     X: calibration sequences (``GroupProblem``); Wq_heads (r, d, d_h), Wk (d, d_h); Mq0, Mk0:
     M₀ (default ones). "auto"/"backtracking" accept a step when the descent lemma
@@ -157,7 +161,7 @@ def gd_prune_group(
     evals, step_no, rows = 1, 0, []
     run = Descent()
     eta = options.eta if options.eta is not None else 1.0
-    if options.step == "auto":
+    if options.step == "auto" and options.optimizer != "adam":
         curvature = _curvature(problem, Mq, Mk, lam, options.power_iters, ev)
         evals += options.power_iters
         eta = 1.0 / max(curvature, lam, torch.finfo(dtype).eps)
@@ -212,8 +216,24 @@ def gd_prune_group(
             evals += 1
             run = Descent()  # the checks judge the last stage: a single objective
         record()
+        converged = False
+        if options.optimizer != "gd":
+            taken = 0
+            for st in _steps(options, problem, Mq, Mk, lam, ev, eta):
+                prev = ev.loss.item()
+                Mq, Mk = _split(st.x, Mq, Mk)
+                ev, eta = st.aux, st.step_size
+                evals, step_no, taken = evals + st.evaluations, step_no + 1, taken + 1
+                record()
+                converged = abs(prev - st.loss) <= options.tol * abs(prev)
+                if converged or taken >= cap:
+                    break
+            else:  # the optimiser found no descending step: numerically stationary
+                converged = True
+            continue
         for _ in range(cap):
             if _norm(ev.grad_q, ev.grad_k) == 0.0:
+                converged = True
                 break
             if options.step == "backtracking":
                 eta *= 2.0
@@ -235,6 +255,7 @@ def gd_prune_group(
                 eta /= 2.0
             else:
                 log.debug("no acceptable step after %d halvings: stopping", MAX_HALVINGS)
+                converged = True
                 break
             if new is None:
                 new = problem.loss_and_grad(Mq_new, Mk_new, lam)
@@ -249,10 +270,41 @@ def gd_prune_group(
             step_no += 1
             record()
             if abs(prev - ev.loss.item()) <= options.tol * abs(prev):
+                converged = True
                 break
     return GroupResult(
-        Mq, Mk, first_q, first_k, problem, lam, rows, run, evals, time.perf_counter() - start
+        Mq,
+        Mk,
+        first_q,
+        first_k,
+        problem,
+        lam,
+        rows,
+        run,
+        evals,
+        time.perf_counter() - start,
+        converged,
     )
+
+
+def _split(x: Tensor, Mq: Tensor, Mk: Tensor) -> tuple[Tensor, Tensor]:
+    """Flat (vec M_Q, vec M_K) -> M_Q, M_K shaped like ``Mq``, ``Mk``."""
+    return x[: Mq.numel()].view(Mq.shape), x[Mq.numel() :].view(Mk.shape)
+
+
+def _steps(options, problem: GroupProblem, Mq, Mk, lam: float, ev: LossGrad, eta: float):
+    """The Adam / L-BFGS step generator (``steppers``) of one λ stage from (M_Q, M_K)."""
+
+    def evaluate(x: Tensor) -> tuple[float, Tensor, LossGrad]:
+        e = problem.loss_and_grad(*_split(x, Mq, Mk), lam)
+        return e.loss.item(), _flat(e.grad_q, e.grad_k), e
+
+    x, g = _flat(Mq, Mk), _flat(ev.grad_q, ev.grad_k)
+    if options.optimizer == "adam":
+        lr = options.eta if options.eta is not None else ADAM_LR
+        return adam_steps(evaluate, x, g, lr, options.clip)
+    first = eta if options.step == "auto" or options.eta is not None else None
+    return lbfgs_steps(evaluate, x, ev.loss.item(), g, first_step=first)
 
 
 class GroupObjective:

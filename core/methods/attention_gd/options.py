@@ -13,6 +13,7 @@ from core.names import SCOPES
 from core.settings.field import option
 
 STEP_RULES = ("auto", "backtracking", "fixed")
+OPTIMIZERS = ("gd", "adam", "lbfgs")
 INITS = ("ones", "magnitude", "wanda", "random", "wanda_mask")
 BINARIZE_RULES = ("mask", "mask_times_weight")
 LAM_SCHEDULES = ("constant", "anneal")
@@ -34,10 +35,16 @@ class AttentionGDOptions:
         term's scale, hence invisible).
     lam_schedule: "constant" or "anneal" (continuation: three stages λ·10, λ, λ/10, each run
         to convergence within steps/3).
-    steps: cap T ≥ 1 on GD steps. tol: stop when |L_t − L_{t+1}| ≤ tol·L_t (0 = run T).
+    optimizer: "gd" (Paper B's M ← M − η∇L with the ``step`` rule), "adam" (Adam, learning
+        rate ``eta`` or 1e-2 = steppers.ADAM_LR, betas 0.9/0.999; no line search) or "lbfgs"
+        (L-BFGS, 10 secant pairs, Armijo backtracking from t = 1; its first step is GD's η).
+        Every optimiser stops by the same ``tol`` and cap; a run records whether the tolerance
+        was reached ("converged") and how many steps it took.
+    steps: cap T ≥ 1 on steps. tol: stop when |L_t − L_{t+1}| ≤ tol·L_t (0 = run T).
     step: "auto" (η = 1/L̂, L̂ = power-iteration curvature at M₀ raised by every secant),
         "backtracking" (descent-lemma backtracking from ``eta`` or 1, ×2 each step) or "fixed".
-    eta: the fixed or first step (> 0). power_iters: Hessian-vector products for "auto".
+    eta: the fixed or first step (> 0); Adam's learning rate. power_iters: Hessian-vector
+        products for "auto".
     init: M₀ = "ones" (Paper B's literal start: data term 0, step 1 only shrinks M),
         "magnitude" (|W| / row max), "wanda" (|W|·‖X_j‖ / row max), "random" (U(0, 1),
         seeded) or "wanda_mask" (Wanda's binary keep mask at the target: L(M₀) is Wanda's
@@ -66,7 +73,10 @@ class AttentionGDOptions:
     lam_schedule: str = option(
         "constant", "λ schedule", "'anneal': λ·10, λ, λ/10", LAM_SCHEDULES, expert=True
     )
-    steps: int = option(20, "Gradient steps (at most)", "cap on GD steps per group", (1, 1000))
+    optimizer: str = option(
+        "gd", "Optimiser", "'gd' (Paper B), 'adam' or 'lbfgs'", OPTIMIZERS, expert=True
+    )
+    steps: int = option(20, "Gradient steps (at most)", "cap on GD steps per group", (1, 5000))
     tol: float = option(
         1e-3,
         "Stop when the loss changes less than",
@@ -121,6 +131,11 @@ class AttentionGDOptions:
             self.eta is None or (math.isfinite(self.eta) and self.eta > 0),
             f"eta must be > 0, got {self.eta}",
         )
+        check(
+            self.optimizer in OPTIMIZERS,
+            f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}",
+        )
+        check(not (self.clip and self.optimizer == "lbfgs"), "clip does not apply to lbfgs")
         check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
         check(math.isfinite(self.tol) and self.tol >= 0, f"tol must be >= 0, got {self.tol}")
         check(self.step in STEP_RULES, f"step must be one of {STEP_RULES}, got {self.step!r}")
