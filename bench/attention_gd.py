@@ -3,6 +3,8 @@
     python bench/attention_gd.py [--sparsities 0.3 0.5 0.7] [--seeds 0 1 2] [--layers 15]
     [--ppl-sparsities 0.5]
         [--nsamples 4] [--seqlen 64] [--max-windows 16] [--steps 20] [--store DIR]
+    python bench/attention_gd.py --headroom ...   (where GD fails against Wanda: the protocol
+        and the attribution rule are in bench/attention_gd_headroom.py)
 
 Protocol. The embedded model; only q_proj/k_proj are pruned, everything else stays
 dense. For every calibration seed (C4 train, nsamples × seqlen tokens) the dense q_proj inputs
@@ -24,17 +26,14 @@ import statistics
 import time
 
 import torch
+from attention_gd_headroom import add_args, attn_error, baseline, headroom
 from protocol import open_store, protocol_parser
 from torch import nn
 
 from core.evaluation.attention_error import AttentionProbe, form
-from core.evaluation.attention_ops import attention_errors, attention_probs
 from core.methods.attention_gd import AttentionGD, AttentionGDOptions
 from core.methods.attention_gd.options import CHECKS
 from core.methods.base import LayerContext, LinearStats
-from core.methods.sparsegpt import sparsegpt_prune
-from core.methods.wanda import wanda_scores
-from core.pruning.masks import score_mask
 from core.runs import get_calib_windows, get_eval_windows, get_model, run_prune
 from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 
@@ -61,27 +60,6 @@ EXTRA_CONFIGS: dict[str, dict] = {
 }
 CONFIGS_ALL = {**CONFIGS, **EXTRA_CONFIGS}
 BASELINES = ("magnitude", "wanda", "sparsegpt")
-
-
-def attn_error(X, dense, pruned, geo, rope, qk_form=None) -> float:
-    """Mean over heads of ‖P̃ − P‖_F/‖P‖_F on X (N, L, d), pooled over the sequences;
-    ``qk_form``: the layer's family form (core.evaluation.attention_error.form)."""
-    fro2 = dense2 = 0.0
-    for x in X.split(2):
-        P = attention_probs(x, *dense, *geo, True, rope, qk_form)
-        Pp = attention_probs(x, *pruned, *geo, True, rope, qk_form)
-        fro2 = fro2 + attention_errors(P, Pp)["fro"].square()
-        dense2 = dense2 + P.square().sum((0, 2, 3))
-    return float((fro2 / dense2).sqrt().mean())
-
-
-def baseline(name: str, W: torch.Tensor, X: torch.Tensor, s: float) -> torch.Tensor:
-    flat = X.reshape(-1, X.shape[-1])
-    if name == "magnitude":
-        return W * ~score_mask(W.abs(), s, "row")
-    if name == "wanda":
-        return W * ~score_mask(wanda_scores(W, flat.square().sum(0)), s, "row")
-    return sparsegpt_prune(W, 2 * flat.T @ flat / flat.shape[0], s)[0]
 
 
 def gd_layer(lm, i: int, X, Wq, Wk, rope, s: float, opts: AttentionGDOptions):
@@ -124,12 +102,16 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS_ALL))
     ap.add_argument("--ppl-sparsities", type=float, nargs="*", default=[0.5])
     ap.add_argument("--timing-checks", nargs="*", default=list(CHECKS), choices=list(CHECKS))
+    add_args(ap)
     args = ap.parse_args()
     t_start = time.perf_counter()
     torch.manual_seed(0)
     store = open_store(args, "attngd-")
     model = ModelSpec(args.model, "cpu", "float32")
     lm = get_model(model, fresh=False)
+    if args.headroom:
+        headroom(args, lm)
+        return
     ad = lm.adapter
     geo = (ad.n_heads, ad.n_kv_heads, ad.head_dim)
     evalc = EvalConfig(DataSpec("c4", "validation", args.data_dir), args.seqlen, 4)
