@@ -85,7 +85,7 @@ def generations(text: str, run_ids: list[str]) -> dict[str, cmp.RunComparison]:
     """Continuations side by side, streamed into their columns on a first computation."""
     cols = st.columns(len(run_ids) + 1)
     cols[0].markdown("**Dense**")
-    slots = {"dense": cols[0].empty()}
+    slots = {cmp.DENSE: cols[0].empty()}
     for col, rid in zip(cols[1:], run_ids, strict=True):
         col.markdown(f"**{name_of(rid)}**")
         slots[rid] = col.empty()
@@ -100,7 +100,7 @@ def generations(text: str, run_ids: list[str]) -> dict[str, cmp.RunComparison]:
     for rid in run_ids:
         res = cmp.compare_run(store, rid, text, dec, on_token)
         out[rid] = res
-        slots["dense"].markdown(f"{text} **{res.dense.text}**")
+        slots[cmp.DENSE].markdown(f"{text} **{res.dense.text}**")
         slots[rid].markdown(f"{text} **{res.pruned.text}**")
     for col, rid in zip(cols[1:], run_ids, strict=True):
         res = out[rid]

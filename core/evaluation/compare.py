@@ -23,6 +23,8 @@ divergence (the app's Compare page and ``python -m core compare``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +35,7 @@ from core.errors import ConfigError
 from core.models.load import LoadedModel
 
 LENS_POSITIONS = 8  # positions (the last ones) whose lens distributions the KL averages
+LENS_CHUNK = 2**25  # logits (rows × vocabulary) of one lens product: 128 MB of float32
 ORTHONORMAL_TOL = 1e-3  # ‖MᵀM − I‖_max above which a recovered basis is not trusted
 WORST_TOKENS = 8  # tokens listed as the worst hit
 
@@ -55,21 +58,33 @@ def model_device(lm: LoadedModel) -> torch.device:
     return next(lm.model.parameters()).device
 
 
-@torch.no_grad()
-def trace(lm: LoadedModel, ids: torch.Tensor) -> Trace:
-    """Run ids (L,) through the model once, keeping every decoder layer's output."""
-    if ids.ndim != 1 or ids.numel() < 2:
-        raise ConfigError("a comparison needs a text of at least two tokens")
+@contextmanager
+def recording(lm: LoadedModel) -> Iterator[list[torch.Tensor]]:
+    """Within the block, every decoder layer's output of the forwards run is appended to the
+    list yielded (float32 (L, d_ℓ) tensors of the first sequence, on the model's device)."""
     states: list[torch.Tensor] = []
     hooks = [
         layer.register_forward_hook(lambda _m, _i, out: states.append(_out(out)[0].float()))
         for layer in lm.adapter.layers
     ]
     try:
-        logits = lm.model(input_ids=ids[None].to(model_device(lm)), use_cache=False).logits
+        yield states
     finally:
         for h in hooks:
             h.remove()
+
+
+def check_text(ids: torch.Tensor) -> None:
+    if ids.ndim != 1 or ids.numel() < 2:
+        raise ConfigError("a comparison needs a text of at least two tokens")
+
+
+@torch.no_grad()
+def trace(lm: LoadedModel, ids: torch.Tensor) -> Trace:
+    """Run ids (L,) through the model once, keeping every decoder layer's output."""
+    check_text(ids)
+    with recording(lm) as states:
+        logits = lm.model(input_ids=ids[None].to(model_device(lm)), use_cache=False).logits
     return Trace([s.cpu() for s in states], logits[0].float().cpu(), ids.cpu())
 
 
@@ -142,34 +157,62 @@ def layer_divergence(
     basis: list[torch.Tensor | None] | None = None,
 ) -> LayerDivergence:
     """KL(dense ‖ pruned) of the logit lens and the relative error of every layer's output
-    (``basis``: ``rotation_back`` for a sliced model, None when both share the dense basis)."""
+    (``basis``: ``rotation_back`` for a sliced model, None when both share the dense basis).
+
+    Each model reads all its layers' last positions through its head in one product,
+    (n_layers·P, d) × (d, V), rather than one small product per layer."""
     if len(dt.states) != len(pt.states):
         raise ConfigError("the two models have different numbers of layers")
+    n, P = len(dt.states), min(LENS_POSITIONS, dt.states[0].shape[0])
     same = basis is None
-    basis = [None] * len(dt.states) if same else basis
+    basis = [None] * n if same else basis
     last = basis[-1]
-    kl, rel, dtop, ptop = [], [], [], []
-    for hd, hp, M in zip(dt.states, pt.states, basis, strict=True):
-        logp = torch.log_softmax(lens_logits(dense, hd[-LENS_POSITIONS:]), -1)
+    backs, lens_in = [], []  # per layer: the output in the dense basis, and in the head's
+    for hp, M in zip(pt.states, basis, strict=True):
         if same:
-            back, lens_in = hp, hp
+            backs.append(hp)
+            lens_in.append(hp[-P:])
         elif M is None or last is None:  # the basis is unknown: no lens, no error
-            back, lens_in = None, None
+            backs.append(None)
+            lens_in.append(None)
         else:  # rotated back to the dense basis, then into the head's (the last layer's)
             back = hp @ M.T
-            lens_in = back @ last
-        if lens_in is None:
+            backs.append(back)
+            lens_in.append(back[-P:] @ last)
+    logp = _lens(dense, [h[-P:] for h in dt.states])
+    known = [i for i, x in enumerate(lens_in) if x is not None]
+    logq_known = _lens(pruned, [lens_in[i] for i in known]) if known else []
+    logq: list[torch.Tensor | None] = [None] * n
+    for i, lq in zip(known, logq_known, strict=True):
+        logq[i] = lq
+    kl, rel, dtop, ptop = [], [], [], []
+    for hd, back, lp, lq in zip(dt.states, backs, logp, logq, strict=True):
+        dtop.append(_top(lp))
+        if lq is None:
             kl.append(float("nan"))
             rel.append(float("nan"))
-            dtop.append(_top(logp))
             ptop.append((-1, float("nan")))
             continue
-        logq = torch.log_softmax(lens_logits(pruned, lens_in[-LENS_POSITIONS:]), -1)
-        kl.append(float(kl_rows(logp, logq).mean()))
+        kl.append(float(kl_rows(lp, lq).mean()))
         rel.append(float((back - hd).norm() / hd.norm().clamp_min(1e-30)))
-        dtop.append(_top(logp))
-        ptop.append(_top(logq))
+        ptop.append(_top(lq))
     return LayerDivergence(kl, rel, dtop, ptop)
+
+
+def _lens(lm: LoadedModel, hidden: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The log-softmax lens of several (P, d) blocks: one (P, V) log-probability tensor per
+    block, through as few head products as ``LENS_CHUNK`` logits allow."""
+    vocab = lm.adapter.lm_head.weight.shape[0]
+    out: list[torch.Tensor] = []
+    group: list[torch.Tensor] = []
+    for i, h in enumerate(hidden):
+        group.append(h)
+        rows = sum(g.shape[0] for g in group)
+        if i == len(hidden) - 1 or (rows + hidden[i + 1].shape[0]) * vocab > LENS_CHUNK:
+            logp = torch.log_softmax(lens_logits(lm, torch.cat(group)), -1)
+            out += list(logp.split([g.shape[0] for g in group]))
+            group = []
+    return out
 
 
 def worst_tokens(diff: np.ndarray, labels: list[str], k: int = WORST_TOKENS) -> list[dict]:

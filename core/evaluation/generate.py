@@ -4,7 +4,9 @@ Greedy by default (temperature 0: the most likely next token, deterministic). Wi
 temperature > 0 the next token is drawn from softmax(logits / T) restricted to the smallest set
 of tokens whose probability reaches ``top_p`` (nucleus sampling), with a generator seeded by
 ``seed``, so the dense and the pruned model draw from the same random stream. The loop keeps
-the model's KV cache (one token per step after the prompt) and reports every new token.
+the model's KV cache (one token per step after the prompt) and reports every new token; a
+caller that already ran the prompt (``prefill``, e.g. to record the layers on the way) hands
+its output in, so the prompt is run once.
 """
 
 from __future__ import annotations
@@ -64,19 +66,29 @@ def next_token(logits: torch.Tensor, dec: Decoding, gen: torch.Generator | None)
 
 
 @torch.no_grad()
+def prefill(lm: LoadedModel, ids: list[int]):
+    """The prompt ids through the model with the KV cache on: the output's ``logits`` (1, L, V)
+    and ``cache`` start ``generate``."""
+    if not ids:
+        raise ConfigError("type a prompt first")
+    device = next(lm.model.parameters()).device
+    return lm.model(input_ids=torch.tensor([ids], device=device), use_cache=True)
+
+
+@torch.no_grad()
 def generate(
     lm: LoadedModel,
     ids: list[int],
     dec: Decoding,
     on_token: Callable[[int], None] | None = None,
+    start=None,
 ) -> list[int]:
-    """New token ids after the prompt ids, calling ``on_token(id)`` as each one is chosen."""
-    if not ids:
-        raise ConfigError("type a prompt first")
+    """New token ids after the prompt ids, calling ``on_token(id)`` as each one is chosen
+    (``start``: the prompt's ``prefill`` output, when the caller ran it already)."""
+    out = prefill(lm, ids) if start is None else start
     device = next(lm.model.parameters()).device
     gen = None if dec.greedy else torch.Generator().manual_seed(dec.seed)
     eos = lm.tokenizer.eos_token_id
-    out = lm.model(input_ids=torch.tensor([ids], device=device), use_cache=True)
     new: list[int] = []
     for _ in range(dec.max_new_tokens):
         tok = next_token(out.logits[0, -1].cpu(), dec, gen)
@@ -86,5 +98,5 @@ def generate(
         if tok == eos or len(new) == dec.max_new_tokens:
             break
         step = torch.tensor([[tok]], device=device)
-        out = lm.model(input_ids=step, past_key_values=out.past_key_values, use_cache=True)
+        out = lm.model(input_ids=step, cache=out.cache, use_cache=True)
     return new

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,14 +30,14 @@ from core.errors import ConfigError, DataError
 from core.evaluation.attention_maps import token_labels
 from core.evaluation.compare import (
     LayerDivergence,
-    Trace,
     layer_divergence,
     rotation_back,
     token_nll,
     trace,
     worst_tokens,
 )
-from core.evaluation.generate import Decoding, generate
+from core.evaluation.generate import Decoding
+from core.evaluation.side_by_side import Side, TokenFn, sides
 from core.machine.device import resolve_device
 from core.models.load import LoadedModel
 from core.names import EVAL, PRUNE, PRUNED_KINDS, SLICE
@@ -59,9 +58,10 @@ SLICED_NOTE = (
     "for its logit lens (its own folded norm and rotated head)."
 )
 SAME_BASIS = "The run computes in the dense model's basis."
+DENSE = "dense"  # the dense model's name in on_token calls and in HOW
 # how a compared model was obtained -> what the page says
 HOW = {
-    "dense": "the dense model",
+    DENSE: "the dense model",
     "stored": "rebuilt from what it stored (keep masks, and changed weights)",
     "saved": "loaded from its saved folder",
     "rebuilt": "rebuilt by re-running its pruning",
@@ -121,7 +121,7 @@ def comparable(run: Run) -> None:
 def how_built(run: Run) -> str:
     """How ``compare_model`` will obtain the run's model, without building it."""
     if run.record.kind == EVAL:
-        return "dense"
+        return DENSE
     if run.record.kind != SLICE and restorable(run):
         return "stored"
     saved = run.metrics.get("saved_to")
@@ -187,7 +187,7 @@ def compare_model(store: RunStore, run: Run, progress: ProgressFn | None = None)
 
 def _build(store: RunStore, run: Run, key: tuple, progress: ProgressFn | None):
     spec, how = dense_spec(run), how_built(run)
-    if how == "dense":
+    if how == DENSE:
         return get_model(spec, fresh=False), how  # the pristine copy is cached by resources
     report(progress, "load", 0, 1, f"run {run.id[:8]}: {HOW[how]}")
     if how == "stored":
@@ -218,33 +218,9 @@ def text_ids(lm: LoadedModel, text: str) -> list[int]:
     return list(ids)
 
 
-@dataclass(frozen=True)
-class Side:
-    """One model on one text: its continuation, its per-token NLL (L−1,) and its trace."""
-
-    new_ids: list[int]
-    text: str
-    nll: np.ndarray
-    trace: Trace
-
-
-def side(lm: LoadedModel, ids: list[int], dec: Decoding, on_token=None) -> Side:
-    new = generate(lm, ids, dec, on_token)
-    tr = trace(lm, torch.tensor(ids))
-    text = lm.tokenizer.decode(new, skip_special_tokens=True)
-    return Side(new, text, token_nll(tr.logits, tr.ids), tr)
-
-
-def dense_side(
-    store: RunStore, run: Run, text: str, dec: Decoding, on_token=None
-) -> tuple[LoadedModel, Side]:
-    """The dense model of a run on a text, cached per (model, text, decoding)."""
-    spec = dense_spec(run)
-    lm = get_model(spec, fresh=False)
-    key = ("dense", spec, text, dec)
-    if key not in _RESULTS:
-        _remember(_RESULTS, key, side(lm, text_ids(lm, text), dec, on_token), RESULT_CACHE)
-    return lm, _RESULTS[key]
+def dense_key(run: Run, text: str, dec: Decoding) -> tuple:
+    """The cache key of the dense model's side on a text (shared by its runs)."""
+    return (DENSE, dense_spec(run), text, dec)
 
 
 @dataclass(frozen=True)
@@ -291,9 +267,6 @@ class RunComparison:
         }
 
 
-TokenFn = Callable[[str, int], None]  # (who: "dense" or a run id, token id)
-
-
 def compare_run(
     store: RunStore,
     run_id: str,
@@ -318,19 +291,25 @@ def compare_run(
 
 def _compare(store: RunStore, run: Run, text: str, dec: Decoding, on_token, progress):
     lm, how = compare_model(store, run, progress)
-    dense_lm, dense = dense_side(store, run, text, dec, _tagged(on_token, "dense"))
-    ids = dense.trace.ids.tolist()
-    pruned = side(lm, ids, dec, _tagged(on_token, run.id))
+    dense_lm = get_model(dense_spec(run), fresh=False)
+    ids = text_ids(dense_lm, text)
+    key = dense_key(run, text, dec)
+    # the dense side is computed once per text and shared by the runs compared on it; when it
+    # is new, dense and pruned decode at once (core.evaluation.side_by_side)
+    models = {} if key in _RESULTS else {DENSE: dense_lm}
+    if lm is not dense_lm:  # a dense evaluation run's model is the dense model itself
+        models[run.id] = lm
+    done = sides(models, ids, dec, on_token)
+    if DENSE in done:
+        _remember(_RESULTS, key, done[DENSE], RESULT_CACHE)
+    dense = _RESULTS[key]
+    pruned = done.get(run.id, dense)
     if _stamp(run) not in _BASES:
         _remember(_BASES, _stamp(run), rotation_back(dense_lm, lm), MODEL_CACHE)
     basis = _BASES[_stamp(run)]
     layers = layer_divergence(dense_lm, dense.trace, lm, pruned.trace, basis)
     note = SLICED_NOTE if basis is not None else SAME_BASIS
     return RunComparison(run.id, how, token_labels(lm.tokenizer, ids), dense, pruned, layers, note)
-
-
-def _tagged(on_token: TokenFn | None, who: str) -> Callable[[int], None] | None:
-    return None if on_token is None else (lambda tok: on_token(who, tok))
 
 
 def window_nll_diff(store: RunStore, run_id: str, windows: torch.Tensor) -> np.ndarray:
