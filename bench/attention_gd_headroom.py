@@ -29,6 +29,8 @@ the same for every seed and size. Rows, all from the same inputs:
   swap from wanda: ``core.methods.attention_gd.swaps.swap_search`` on the binarised objective
     from Wanda's mask, at most ``--swap-evals`` evaluations per group: the in-sample headroom
     the objective offers near Wanda's mask, and whether it carries to held-out data.
+  gd M0=wanda + swap: the same swap search from bin(M_T) of the "gd M0=wanda" row (a reading
+    attention-gd can run: optimizer, then ``refine="swap"``); flip and agree W against Wanda.
 Errors: relative attention error ‖P̃ − P‖_F/‖P‖_F, mean over the group's heads, mean over
 layers; then mean ± std over the seeds.
 
@@ -74,7 +76,8 @@ from core.settings.config import CalibConfig, DataSpec, EvalConfig
 
 SPARSITY = 0.5
 TOL = 1e-5
-ROWS = ("magnitude", "wanda", "sparsegpt", "gd M0=wanda", "gd M0=1", "swap from wanda")
+SWAPS = ("swap from wanda", "gd M0=wanda + swap")
+ROWS = ("magnitude", "wanda", "sparsegpt", "gd M0=wanda", "gd M0=1", *SWAPS)
 
 
 def attn_error(X, dense, pruned, geo, rope, qk_form=None) -> float:
@@ -178,7 +181,7 @@ def layer_rows(i, X, Xh, dense, ropes, lm, args) -> dict[str, dict[str, float]]:
         checks="none",
     )
     out: dict[str, dict[str, float]] = {}
-    problem = None
+    problem, gd_keep = None, wanda_keep
     for name in ROWS:
         t0 = time.perf_counter()
         extra: dict[str, float] = {}
@@ -187,11 +190,13 @@ def layer_rows(i, X, Xh, dense, ropes, lm, args) -> dict[str, dict[str, float]]:
         elif name.startswith("gd"):
             start = "wanda_mask" if name == "gd M0=wanda" else "ones"
             keep, start_keep, extra, prob = gd_group(X, Wqg, Wkg, rope, opts, start, col_sq, hd)
-            problem = prob if start == "wanda_mask" else problem
+            if start == "wanda_mask":
+                problem, gd_keep = prob, keep
             extra.update(overlap(keep, start_keep, wanda_keep))
             pruned = (Wqg * keep[0], Wkg * keep[1])
         else:
-            sw = swap_search(problem, to_heads(wanda_keep[0], hd), wanda_keep[1].T, args.swap_evals)
+            start_keep = wanda_keep if name == "swap from wanda" else gd_keep
+            sw = swap_search(problem, to_heads(start_keep[0], hd), start_keep[1].T, args.swap_evals)
             keep = [to_linear(sw.keep_q), sw.keep_k.T]
             extra.update(overlap(keep, wanda_keep, wanda_keep))
             pruned = (Wqg * keep[0], Wkg * keep[1])
@@ -279,7 +284,7 @@ def print_table(args, res, sizes, ad) -> None:
         f"evaluations per group; errors mean over layers, ± std over seeds"
     )
     head = (
-        f"{'tokens':>7}  {'row':<17}{'calib err':>17}{'held-out err':>17}"
+        f"{'tokens':>7}  {'row':<20}{'calib err':>17}{'held-out err':>17}"
         f"{'cont err':>9}{'delta':>7}{'flip':>7}{'agree W':>8}{'conv':>6}{'steps':>6}{'s/layer':>8}"
     )
     print(head)
@@ -297,7 +302,7 @@ def print_table(args, res, sizes, ad) -> None:
                 return format(_ms(rows, key)[0], fmt) if key in rows[0] else "-"
 
             print(
-                f"{tokens:>7}  {label:<17}{c[0]:>9.4f} ± {c[1]:.4f}{h[0]:>9.4f} ± {h[1]:.4f}"
+                f"{tokens:>7}  {label:<20}{c[0]:>9.4f} ± {c[1]:.4f}{h[0]:>9.4f} ± {h[1]:.4f}"
                 f"{opt('cont', '.4f'):>9}{opt('delta', '.3f'):>7}{opt('flip', '.3f'):>7}"
                 f"{opt('agree', '.3f'):>8}"
                 f"{opt('converged', '.2f'):>6}{opt('steps', '.0f'):>6}{opt('t', '.2f'):>8}"
@@ -310,7 +315,7 @@ def print_table(args, res, sizes, ad) -> None:
     for n in sizes:
         cause, gd = attribute(res, n)
         w = res[(n, "wanda")]
-        s = res[(n, "swap from wanda")]
+        s = res[(n, SWAPS[0])]
         hc = _ms(w, "calib")[0] - _ms(s, "calib")[0]
         hh = _ms(w, "held")[0] - _ms(s, "held")[0]
         print(f"{n * args.seqlen:>7}  {cause + ' (' + gd + ')':<34}{hc:>20.4f}{hh:>20.4f}")
