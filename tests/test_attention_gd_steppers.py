@@ -1,17 +1,22 @@
 """Adam and L-BFGS beside plain GD for attention-gd's mask descent (core/methods/attention_gd/
 steppers.py): on hand-sized problems each lowers the loss, L-BFGS reaches a convex
-quadratic's minimiser within its tolerance, the options validate, and a run reports how far
-the binarised mask moved and whether the optimiser converged."""
+quadratic's minimiser within its tolerance, the options validate, a run reports how far
+the binarised mask moved and whether the optimiser converged; the swap search on binary masks
+(swaps.py) only lowers the loss and keeps every row's count."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
-from test_attention_gd import fake_context, group_problem, rope_for
+from test_attention_gd import D, fake_context, group_problem, rope_for
 
 from core.errors import ConfigError
 from core.methods.attention_gd import AttentionGD, AttentionGDOptions, gd_prune_group
+from core.methods.attention_gd.objective import GroupProblem
 from core.methods.attention_gd.steppers import adam_steps, lbfgs_steps, two_loop
+from core.methods.attention_gd.swaps import swap_search
 
 F64 = torch.float64
 
@@ -103,7 +108,14 @@ def test_lbfgs_converges_on_a_group_within_tol_and_below_gd():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"optimizer": "newton"}, {"optimizer": "lbfgs", "clip": True}, {"steps": 0}]
+    "kwargs",
+    [
+        {"optimizer": "newton"},
+        {"optimizer": "lbfgs", "clip": True},
+        {"steps": 0},
+        {"refine": "anneal"},
+        {"swap_evals": 0},
+    ],
 )
 def test_optimizer_options_validate(kwargs):
     with pytest.raises(ConfigError):
@@ -131,3 +143,30 @@ def test_run_reports_binarised_move_and_convergence():
     assert {type(row["converged"]) for row in groups} == {bool}
     summary = moving.run_summary(ctx.tables)
     assert summary["mask_flip"] > 0.0 and "gd_converged" in summary
+
+
+def test_swap_search_never_raises_the_loss_and_keeps_row_counts():
+    X, Wq, Wk, _, _ = group_problem(seed=5, r=2, n_seq=3)
+    problem = GroupProblem(X, Wq, Wk, rope=rope_for(X.shape[1]), dtype=F64)
+    gen = torch.Generator().manual_seed(1)
+    keep_q = torch.rand(Wq.shape, generator=gen, dtype=F64).argsort(1).argsort(1) < D // 2
+    keep_k = torch.rand(Wk.shape, generator=gen, dtype=F64).argsort(0).argsort(0) < D // 2
+    out = swap_search(problem, keep_q, keep_k, max_evaluations=15, batch=4)
+    assert all(b < a for a, b in itertools.pairwise(out.losses))  # accepted rounds only lower L
+    assert out.losses[-1] < out.losses[0] and out.swaps > 0  # a random mask leaves room
+    assert torch.equal(out.keep_q.sum(1), keep_q.sum(1))  # per output row (nn.Linear row)
+    assert torch.equal(out.keep_k.sum(0), keep_k.sum(0))
+    data = problem.data_terms(out.keep_q.to(F64), out.keep_k.to(F64))[0].sum().item()
+    assert data == pytest.approx(out.losses[-1], rel=1e-12)
+    assert out.evaluations <= 15
+
+
+def test_refine_swap_lowers_the_layer_error_and_moves_the_mask():
+    out = {}
+    for refine in ("none", "swap"):
+        opts = AttentionGDOptions(init="wanda_mask", steps=2, checks="none", refine=refine)
+        ctx = fake_context()
+        out[refine] = AttentionGD(opts).prune_layer(ctx)[0].extra
+    assert out["none"]["swaps"] == 0 and out["swap"]["swaps"] > 0
+    assert out["swap"]["attn_error"] < out["none"]["attn_error"]
+    assert out["swap"]["mask_flip"] > 0.0 and out["swap"]["agree_wanda"] < 1.0

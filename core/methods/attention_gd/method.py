@@ -5,7 +5,8 @@ W ← M_bin∘W; then what the run records so no one mistakes a baseline's mask 
 the fraction of the GD keep mask shared with the magnitude and Wanda masks at the same
 sparsity and scope, ‖M_T − M₀‖/‖M₀‖, the fraction of entries whose keep/prune decision differs
 from binarising M₀ ("mask_flip"), whether the optimiser reached its tolerance, and the
-assumption checks (diagnostics) per group.
+assumption checks (diagnostics) per group. With ``refine="swap"`` the binarised masks are then
+refined by the swap search (swaps.py) on the same objective before they are written.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from core.methods.attention_gd.options import (
     DTYPES,
     AttentionGDOptions,
 )
+from core.methods.attention_gd.swaps import swap_search
 from core.methods.base import LayerContext, LinearReport, Method
 from core.methods.linear import relative_reconstruction_error
 from core.methods.work import LayerWork, WorkShape
@@ -218,6 +220,7 @@ class AttentionGD(Method):
             role: binarize(mask_scores(M[role], W[role], opts.binarize), sparsity[role], opts.scope)
             for role in ("q", "k")
         }
+        swaps = self._refine(groups, keep, r, head_dim) if opts.refine == "swap" else 0
         checks = [
             self._check(res, extras[g], x_norms)
             if self._judged(ctx.index, g, n_kv)
@@ -246,11 +249,29 @@ class AttentionGD(Method):
                 "agree_wanda": row["agreement_wanda"],
                 "gd_steps": max(int(res.trajectory[-1]["step"]) for res in groups),
                 "gd_evaluations": sum(res.evaluations for res in groups),
+                "swaps": swaps,
             }
             reports.append(
                 _write_masked(ctx, role, lin, keep[role], sparsity[role], seconds, extra)
             )
         return reports
+
+    def _refine(self, groups: list[GroupResult], keep, r: int, head_dim: int) -> int:
+        """``refine="swap"``: swap_search on each group's binarised objective from its keep
+        masks (``keep`` updated in place); the accepted swaps in all."""
+        total = 0
+        for g, res in enumerate(groups):
+            qs = slice(g * r * head_dim, (g + 1) * r * head_dim)
+            ks = slice(g * head_dim, (g + 1) * head_dim)
+            sw = swap_search(
+                res.problem,
+                to_heads(keep["q"][qs], head_dim),
+                keep["k"][ks].T,
+                self.options.swap_evals,
+            )
+            keep["q"][qs], keep["k"][ks] = to_linear(sw.keep_q), sw.keep_k.T
+            total += sw.swaps
+        return total
 
     def _judged(self, layer: int, group: int, n_groups: int) -> bool:
         """Whether the checks judge this group (options.checks: all, one per layer, none)."""

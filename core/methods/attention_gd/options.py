@@ -14,6 +14,7 @@ from core.settings.field import option
 
 STEP_RULES = ("auto", "backtracking", "fixed")
 OPTIMIZERS = ("gd", "adam", "lbfgs")
+REFINES = ("none", "swap")
 INITS = ("ones", "magnitude", "wanda", "random", "wanda_mask")
 BINARIZE_RULES = ("mask", "mask_times_weight")
 LAM_SCHEDULES = ("constant", "anneal")
@@ -50,6 +51,9 @@ class AttentionGDOptions:
         seeded) or "wanda_mask" (Wanda's binary keep mask at the target: L(M₀) is Wanda's
         attention error and GD refines it): the scaled inits carry a baseline's ranking so
         binarising M₀ by M is that baseline's mask, and GD's moves are measurable against it.
+    refine: "swap" runs ``swaps.swap_search`` on each group's binarised objective from the
+        binarised M_T (at most ``swap_evals`` loss evaluations per group; every row keeps its
+        count, the loss never rises), "none" writes bin(M_T) as it is.
     binarize: keep the top entries by "mask" (M) or "mask_times_weight" (|M∘W|).
     scope: comparison group of the binarisation, "row" (output row) or "matrix".
     rope / causal / clip: RoPE before the product, causal softmax, project M onto [0, 1].
@@ -94,6 +98,10 @@ class AttentionGDOptions:
     init: str = option(
         "wanda_mask", "Starting mask", "the mask GD refines ('wanda_mask': Wanda's)", INITS
     )
+    refine: str = option(
+        "none", "Refine the binary mask", "'swap': swap search on the objective", REFINES
+    )
+    swap_evals: int = option(20, "Swap-search evaluations", "per GQA group", (1, 1000), expert=True)
     binarize: str = option("mask", "Keep entries by", "M or |M∘W|", BINARIZE_RULES, expert=True)
     scope: str = scope_option("row", expert=True)
     rope: bool = option(
@@ -151,6 +159,8 @@ class AttentionGDOptions:
             f"lam_schedule must be one of {LAM_SCHEDULES}, got {self.lam_schedule!r}",
         )
         check(self.checks in CHECKS, f"checks must be one of {CHECKS}, got {self.checks!r}")
+        check(self.refine in REFINES, f"refine must be one of {REFINES}, got {self.refine!r}")
+        check(self.swap_evals >= 1, f"swap_evals must be >= 1, got {self.swap_evals}")
         check(self.check_points >= 1, f"check_points must be >= 1, got {self.check_points}")
         check(self.scope in SCOPES, f"scope must be one of {SCOPES}, got {self.scope!r}")
         check(self.max_seq >= 1, f"max_seq must be >= 1, got {self.max_seq}")
