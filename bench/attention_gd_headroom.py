@@ -187,7 +187,7 @@ def layer_rows(i, X, Xh, dense, ropes, lm, args) -> dict[str, dict[str, float]]:
         extra: dict[str, float] = {}
         if name in ("magnitude", "wanda", "sparsegpt"):  # whole matrices, then the group's rows
             pruned = (baseline(name, Wq, X, SPARSITY)[qs], baseline(name, Wk, X, SPARSITY)[ks])
-        elif name.startswith("gd"):
+        elif name not in SWAPS:
             start = "wanda_mask" if name == "gd M0=wanda" else "ones"
             keep, start_keep, extra, prob = gd_group(X, Wqg, Wkg, rope, opts, start, col_sq, hd)
             if start == "wanda_mask":
