@@ -1,4 +1,4 @@
-"""Corpora, the evaluation token stream and the calibration sampler.
+"""Corpora, the evaluation token stream and the calibration samplers.
 
 Sources, in order: a local folder laid out like ``shared/data`` (``--data-dir``), Hugging
 Face ``datasets`` when reachable, and the offline corpus that always works: the Python
@@ -255,3 +255,43 @@ def calibration_windows(
         raise DataError(f"{corpus.name} has {ids.numel()} tokens, too few for windows of {seqlen}")
     starts = [rng.randint(0, ids.numel() - seqlen - 1) for _ in range(nsamples)]
     return torch.stack([ids[s : s + seqlen] for s in starts])
+
+
+def calibration_documents(
+    tokenizer, corpus: Corpus, nsamples: int, seqlen: int, seed: int
+) -> torch.Tensor:
+    """Calibration sample (nsamples, seqlen) of whole documents, the rule of SliceGPT's
+    reference code (TransformerCompression ``prepare_dataloader``, ``varied_seqlen=False``).
+
+    The non-empty documents form a pool in corpus order. With a torch generator seeded by
+    ``seed``: pick a uniformly random position in the pool; take the document there and the
+    ones after it, each tokenized on its own and joined by "\\n\\n" (the separator tokenized
+    with the document after it), until there are at least ``seqlen`` tokens or the pool ends;
+    remove the documents taken from the pool; keep the first ``seqlen`` tokens when there are
+    enough, else drop the draw. Repeat until ``nsamples`` samples are drawn, so every sample
+    starts at a document's start and no document is used twice. DataError when the pool
+    runs out first. The same seed draws the same positions as the reference's
+    ``torch.manual_seed(seed)``; unlike it, the ids are kept as tokenized (no special tokens,
+    as every sampler here) and in the order drawn (the reference shuffles them, which changes
+    no calibration statistic).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    pool = [d for d in corpus.documents if d]
+    out: list[torch.Tensor] = []
+    while len(out) < nsamples and pool:
+        start = int(torch.randint(0, len(pool), (1,), generator=gen))
+        end, ids = start, []
+        while len(ids) < seqlen and end < len(pool):
+            piece = ("\n\n" if ids else "") + pool[end]
+            ids += tokenizer(piece, add_special_tokens=False)["input_ids"]
+            end += 1
+        del pool[start:end]
+        if len(ids) >= seqlen:
+            out.append(torch.tensor(ids[:seqlen], dtype=torch.long))
+    if len(out) < nsamples:
+        raise DataError(
+            f"{corpus.name} ({corpus.split}) has documents for only {len(out)} whole-document "
+            f"samples of {seqlen} tokens, fewer than {nsamples}; use fewer or shorter "
+            "samples, a larger corpus, or --calib-sampler window"
+        )
+    return torch.stack(out)

@@ -37,6 +37,11 @@ DATASETS = ("wikitext2", "c4", "pydoc")  # plus "file:<path>" for any text/jsonl
 # before this setting existed stays the same.
 FULL, LEAN = "full", "lean"
 MEASURES = (FULL, LEAN)
+# How calibration sequences are drawn (``core.data``): "window", a random window inside a random
+# long document (Wanda/SparseGPT); "documents", whole documents from their start, concatenated
+# with "\n\n" (SliceGPT's reference). The default is left out of the canonical JSON.
+WINDOW, DOCUMENTS = "window", "documents"
+CALIB_SAMPLERS = (WINDOW, DOCUMENTS)
 SCOPES = ("row", "matrix")  # where a mask's threshold is taken: per output row or per matrix
 
 # ---- linear roles --------------------------------------------------------------------------------

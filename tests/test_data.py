@@ -1,7 +1,8 @@
 import pytest
 
-from core.data import calibration_windows, eval_windows, load_corpus
+from core.data import Corpus, calibration_documents, calibration_windows, eval_windows, load_corpus
 from core.errors import DataError
+from core.models.load import byte_tokenizer
 from core.settings.config import DataSpec
 
 
@@ -29,6 +30,47 @@ def test_calibration_is_seeded(tiny, shared_data):
 def test_stream_calibration(tiny):
     ids = calibration_windows(tiny.tokenizer, load_corpus(DataSpec("pydoc", "train")), 3, 128, 0)
     assert ids.shape == (3, 128)
+
+
+# ---- the whole-document sampler (SliceGPT's reference rule) -------------------------------------
+# 40 short documents of 11-29 characters (one token per byte) and a few empty rows.
+DOCS = tuple(
+    "" if i % 9 == 4 else f"doc{i:02d} " + "abcdefghij"[i % 10] * (5 + 3 * (i % 7))
+    for i in range(40)
+)
+
+
+def _docs_corpus(docs=DOCS) -> Corpus:
+    return Corpus("file:docs.txt", "train", tuple(docs), "\n\n", "test", comparable=False)
+
+
+def test_document_samples_start_at_a_document_and_join_with_blank_lines():
+    tok = byte_tokenizer()
+    ids = calibration_documents(tok, _docs_corpus(), 4, 48, seed=0)
+    assert ids.shape == (4, 48)
+    used: list[int] = []
+    for row in ids:
+        parts = tok.decode(row.tolist()).split("\n\n")
+        assert len(parts) >= 2  # each sample needs several documents: they were joined
+        index = [DOCS.index(p) for p in parts[:-1]]  # whole documents, the first from its start
+        assert index == sorted(index) and all(DOCS[i] for i in index)  # corpus order, no empties
+        rest = [i for i in range(index[-1] + 1, len(DOCS)) if DOCS[i].startswith(parts[-1])]
+        assert parts[-1] and rest  # the last document is cut at the sample's length
+        used += index
+    assert len(used) == len(set(used))  # a document is used once
+
+
+def test_document_sampler_is_seeded():
+    tok, corpus = byte_tokenizer(), _docs_corpus()
+    a = calibration_documents(tok, corpus, 4, 48, seed=0)
+    b = calibration_documents(tok, corpus, 4, 48, seed=0)
+    c = calibration_documents(tok, corpus, 4, 48, seed=1)
+    assert (a == b).all() and not (a == c).all()
+
+
+def test_document_sampler_refuses_a_corpus_too_small():
+    with pytest.raises(DataError, match="whole-document samples of 48 tokens, fewer than 2"):
+        calibration_documents(byte_tokenizer(), _docs_corpus(DOCS[:5]), 2, 48, seed=0)
 
 
 def test_missing_data_dir(tmp_path):

@@ -18,6 +18,7 @@ from core.methods import available_methods
 from core.names import method_names
 from core.settings import commands as fields
 from core.settings import request as requests
+from core.settings.config import RunConfig
 from core.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +49,32 @@ def test_defaults_are_the_reference_protocol() -> None:
     cfg = requests.plan_request("prune", {"model": "tiny-llama", "device": "cpu"})
     assert (cfg.calib.nsamples, cfg.calib.seqlen, cfg.calib.seed) == (32, 512, 0)
     assert (cfg.calib.data.dataset, cfg.calib.data.split) == ("c4", "train")
+
+
+@pytest.mark.parametrize("command", ["prune", "slice", "sweep"])
+def test_calib_sampler_flag_reaches_the_config(command) -> None:
+    """--calib-sampler goes from the flag to the run config and its id; the default
+    ("window") stays out of the canonical JSON, so stored runs without it keep their ids."""
+    argv = [command, "--model", "tiny-llama", "--device", "cpu", "--calib", "pydoc"]
+    window = requests.plan_request(command, field_values(build_parser().parse_args(argv)))
+    args = build_parser().parse_args([*argv, "--calib-sampler", "documents"])
+    docs = requests.plan_request(command, field_values(args))
+    assert (window.calib.sampler, docs.calib.sampler) == ("window", "documents")
+    assert docs.run_id != window.run_id
+    assert "sampler" not in window.to_dict()["calib"]
+    back = RunConfig.from_dict(docs.to_dict())
+    assert (back.calib, back.run_id) == (docs.calib, docs.run_id)
+    assert RunConfig.from_dict(window.to_dict()).run_id == window.run_id
+
+
+def test_unknown_calib_sampler_is_refused_before_any_model_loads(store) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["prune", "--calib-sampler", "shuffled"])
+    with pytest.raises(ConfigError, match="sampler must be one of window, documents"):
+        requests.plan_request(
+            "prune", {"model": "tiny-llama", "device": "cpu", "calib_sampler": "shuffled"}, store
+        )
+    assert store.list() == []
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,11 @@ from typing import Any
 import torch
 
 from core.analysis.effdim import windows_needed
-from core.data import calibration_windows, eval_windows, load_corpus
+from core.data import calibration_documents, calibration_windows, eval_windows, load_corpus
 from core.errors import ConfigError
 from core.machine.device import dtype_name, resolve_device, resolve_dtype
 from core.models.load import LoadedModel, load_model
+from core.names import DOCUMENTS
 from core.planning.fit import place
 from core.settings.config import CalibConfig, EvalConfig, ModelSpec
 
@@ -95,9 +96,11 @@ def get_eval_windows(lm: LoadedModel, cfg: EvalConfig) -> tuple[torch.Tensor, di
 
 
 def get_calib_windows(lm: LoadedModel, cfg: CalibConfig) -> tuple[torch.Tensor, dict[str, Any]]:
-    """Calibration windows (nsamples, seqlen) drawn as Wanda/SparseGPT draw them."""
+    """Calibration sequences (nsamples, seqlen) drawn by the config's sampler: windows as
+    Wanda/SparseGPT draw them, or whole documents as SliceGPT's reference does."""
     corpus = load_corpus(cfg.data)
-    ids = calibration_windows(lm.tokenizer, corpus, cfg.nsamples, cfg.seqlen, cfg.seed)
+    draw = calibration_documents if cfg.sampler == DOCUMENTS else calibration_windows
+    ids = draw(lm.tokenizer, corpus, cfg.nsamples, cfg.seqlen, cfg.seed)
     return ids, {"dataset": corpus.name, "split": corpus.split, "source": corpus.source}
 
 

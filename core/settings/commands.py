@@ -17,6 +17,7 @@ from core.errors import ConfigError
 from core.evaluation.tasks import TASK_NAMES
 from core.models.catalog import available_models
 from core.names import DATASETS, FULL, MEASURES, PATTERNS, TARGETS, method_names
+from core.settings.calib_fields import CALIB, SLICEGPT_CALIB
 from core.settings.field import CHOICE, FLAG, FLOAT, INT, LIST, MULTI, TEXT, Field
 from core.settings.recovery import RECOVER_CALIB, RECOVER_FIELDS
 from core.settings.sweep_axes import SWEEP_CALIB, SWEEP_GRID, method_list, sweep_reference
@@ -118,35 +119,6 @@ EVAL = _group(
         4,
         INT,
         range=(1, 4096),
-        advanced=True,
-    ),
-)
-CALIB = _group(
-    "calibration",
-    Field("calib", "Calibration corpus", "calibration corpus (default c4, train split)", "c4"),
-    Field(
-        "nsamples",
-        "Calibration sequences",
-        "calibration sequences (default 32)",
-        32,
-        INT,
-        range=(1, 100_000),
-    ),
-    Field(
-        "calib_seqlen",
-        "Tokens per sequence",
-        "tokens per sequence (default: --seqlen)",
-        None,
-        INT,
-        range=(2, 131072),
-    ),
-    Field(
-        "seed",
-        "Calibration seed",
-        "sampler seed (default 0; 42 for SliceGPT)",
-        0,
-        INT,
-        range=(0, 2**31 - 1),
         advanced=True,
     ),
 )
@@ -302,13 +274,6 @@ def _with(fields: tuple[Field, ...], **changes: dict[str, Any]) -> tuple[Field, 
     return tuple(dataclasses.replace(f, **changes.get(f.name, {})) for f in fields)
 
 
-_SLICEGPT_CALIB = {
-    "calib": {
-        "default": "wikitext2",
-        "help": "calibration corpus (default wikitext2, train split)",
-    },
-    "seed": {"default": 42},
-}
 _EVAL_FLAG = {"dataset": {"name": "eval"}}
 
 RECOVER_SAVE = Field(
@@ -326,7 +291,7 @@ COMMANDS: dict[str, tuple[Field, ...]] = {
     "slice": (
         *MODEL,
         *SLICE,
-        *_with(CALIB, **_SLICEGPT_CALIB),
+        *_with(CALIB, **SLICEGPT_CALIB),
         *_with(EVAL, **_EVAL_FLAG),
         *ZEROSHOT,
     ),

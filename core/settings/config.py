@@ -14,7 +14,17 @@ from typing import Any
 
 from core.errors import ConfigError
 from core.evaluation.tasks import parse_tasks
-from core.names import DATASETS, FULL, LEAN, LORA, MEASURES, RECOVER_METHODS, resolve_roles
+from core.names import (
+    CALIB_SAMPLERS,
+    DATASETS,
+    FULL,
+    LEAN,
+    LORA,
+    MEASURES,
+    RECOVER_METHODS,
+    WINDOW,
+    resolve_roles,
+)
 from core.settings.patterns import check_sparsity, parse_pattern
 
 AUTO = "auto"
@@ -82,16 +92,23 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class CalibConfig:
-    """Calibration sample as Wanda/SparseGPT draw it: nsamples windows of seqlen tokens."""
+    """Calibration sample: nsamples sequences of seqlen tokens. sampler: "window" (Wanda/
+    SparseGPT: a random window of a random long document) or "documents" (SliceGPT's
+    reference: whole documents from their start); see ``core.data``."""
 
     data: DataSpec = field(default_factory=lambda: DataSpec("c4", "train"))
     nsamples: int = 32
     seqlen: int = 512
     seed: int = 0
+    sampler: str = WINDOW
 
     def __post_init__(self) -> None:
         _check(self.nsamples >= 1, f"nsamples must be >= 1, got {self.nsamples}")
         _check(self.seqlen >= 2, f"calibration seqlen must be >= 2, got {self.seqlen}")
+        _check(
+            self.sampler in CALIB_SAMPLERS,
+            f"calibration sampler must be one of {', '.join(CALIB_SAMPLERS)}, got {self.sampler!r}",
+        )
 
 
 @dataclass(frozen=True)
@@ -172,6 +189,8 @@ class RunConfig:
             del out["model"]["stream"]
         if self.measure == FULL:
             del out["measure"]
+        if out.get("calib") and out["calib"]["sampler"] == WINDOW:
+            del out["calib"]["sampler"]
         return out
 
     def canonical_json(self) -> str:

@@ -129,7 +129,8 @@ def eval_config(v: Mapping[str, Any]) -> EvalConfig:
 
 def calib_config(v: Mapping[str, Any]) -> CalibConfig:
     data = data_spec(v["calib"], None, v["data_dir"], "calib")
-    return CalibConfig(data, v["nsamples"], v["calib_seqlen"] or v["seqlen"], v["seed"])
+    seqlen = v["calib_seqlen"] or v["seqlen"]
+    return CalibConfig(data, v["nsamples"], seqlen, v["seed"], v["calib_sampler"])
 
 
 def zeroshot_config(v: Mapping[str, Any], batch_size: int | None = None) -> ZeroShotConfig | None:
