@@ -145,6 +145,7 @@ def test_loss_non_increasing_below_the_lipschitz_bound():
     bound = lipschitz_upper_bound(X, Wq, Wk, lam, mask_bound=1.0)  # valid on the [0, 1] box
     opts = AttentionGDOptions(
         lam=lam * 192 / 32,
+        optimizer="gd",
         steps=8,
         tol=0.0,
         step="fixed",
@@ -165,7 +166,9 @@ def test_loss_non_increasing_below_the_lipschitz_bound():
 @pytest.mark.parametrize("step", ["auto", "backtracking"])
 def test_adaptive_steps_descend_and_record(step):
     X, Wq, Wk, _, _ = group_problem(seed=7)
-    opts = AttentionGDOptions(lam=0.05, steps=6, tol=0.0, step=step, init="ones", dtype="float64")
+    opts = AttentionGDOptions(
+        lam=0.05, optimizer="gd", steps=6, tol=0.0, step=step, init="ones", dtype="float64"
+    )
     res = gd_prune_group(X, Wq, Wk, opts, rope_for(L))
     group = [row for row in res.trajectory if row["matrix"] == "group"]
     losses = [row["loss"] for row in group]
@@ -179,7 +182,7 @@ def test_adaptive_steps_descend_and_record(step):
 
 def test_stops_on_relative_loss_change():
     X, Wq, Wk, Mq, Mk = group_problem(seed=7)
-    opts = AttentionGDOptions(lam=1e-3, steps=500, tol=1e-3, dtype="float64")
+    opts = AttentionGDOptions(lam=1e-3, optimizer="gd", steps=500, tol=1e-3, dtype="float64")
     res = gd_prune_group(X, Wq, Wk, opts, rope_for(L), Mq, Mk)
     group = [row["loss"] for row in res.trajectory if row["matrix"] == "group"]
     assert len(group) < 501
@@ -188,7 +191,9 @@ def test_stops_on_relative_loss_change():
 
 def test_anneal_runs_three_stages():
     X, Wq, Wk, Mq, Mk = group_problem(seed=8)
-    opts = AttentionGDOptions(lam=1e-2, lam_schedule="anneal", steps=9, tol=0.0, dtype="float64")
+    opts = AttentionGDOptions(
+        lam=1e-2, optimizer="gd", lam_schedule="anneal", steps=9, tol=0.0, dtype="float64"
+    )
     res = gd_prune_group(X, Wq, Wk, opts, rope_for(L), Mq, Mk)
     lams = sorted({row["lam"] for row in res.trajectory}, reverse=True)
     assert len(lams) == 3 and lams[0] == pytest.approx(100 * lams[2])

@@ -124,7 +124,15 @@ def test_optimizer_options_validate(kwargs):
 
 def test_run_reports_binarised_move_and_convergence():
     still = AttentionGD(
-        AttentionGDOptions(init="wanda_mask", step="fixed", eta=1e-12, steps=2, checks="none")
+        AttentionGDOptions(
+            init="wanda_mask",
+            optimizer="gd",
+            refine="none",
+            step="fixed",
+            eta=1e-12,
+            steps=2,
+            checks="none",
+        )
     )
     ctx = fake_context()
     reports = still.prune_layer(ctx)
@@ -170,3 +178,12 @@ def test_refine_swap_lowers_the_layer_error_and_moves_the_mask():
     assert out["none"]["swaps"] == 0 and out["swap"]["swaps"] > 0
     assert out["swap"]["attn_error"] < out["none"]["attn_error"]
     assert out["swap"]["mask_flip"] > 0.0 and out["swap"]["agree_wanda"] < 1.0
+
+
+def test_the_default_reading_moves_wandas_mask():
+    """issue 32: the default is a reading in which the optimiser moves the mask."""
+    opts = AttentionGDOptions(checks="none")
+    assert (opts.init, opts.optimizer, opts.refine) == ("wanda_mask", "adam", "swap")
+    rep = AttentionGD(opts).prune_layer(fake_context())[0]
+    assert rep.extra["mask_delta"] > 0 and rep.extra["mask_flip"] > 0
+    assert rep.extra["agree_wanda"] < 1.0

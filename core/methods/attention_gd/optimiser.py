@@ -221,6 +221,9 @@ def gd_prune_group(
             taken = 0
             for st in _steps(options, problem, Mq, Mk, lam, ev, eta):
                 prev = ev.loss.item()
+                secant = _norm(st.aux.grad_q - ev.grad_q, st.aux.grad_k - ev.grad_k) / max(
+                    (st.x - _flat(Mq, Mk)).norm().item(), 1e-300
+                )
                 Mq, Mk = _split(st.x, Mq, Mk)
                 ev, eta = st.aux, st.step_size
                 evals, step_no, taken = evals + st.evaluations, step_no + 1, taken + 1

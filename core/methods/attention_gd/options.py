@@ -67,8 +67,16 @@ class AttentionGDOptions:
         "none" skips them (the sweep). check_points: off-trajectory points per group.
     dtype: GD precision. others: how V/O/MLP are pruned in the same run. seed: for "random".
 
-    Defaults: chosen by ``bench/attention_gd.py`` on calibration windows (docs/design-notes.md);
-    tol and the cap bound the cost, λ_rel = 1e-3 keeps the penalty below typical row errors.
+    Defaults: the reading with the lowest calibration attention error among those that move
+    the mask in ``bench/attention_gd.py --headroom`` (docs/design-notes.md): Wanda's keep mask,
+    150 Adam steps (tol 1e-5), then the swap search (20 evaluations per group), 8 sequences ×
+    64 tokens (the table's smallest calibration size; a step costs O(tokens²): one loss and
+    gradient of a group took 0.008 s on 8 × 64 tokens, 0.55 s on 8 × 320). On smollm2-135m at
+    50 % it changes 2.8 % of the keep decisions (97.2 % of Wanda's kept entries shared) and
+    lowers the calibration attention error from Wanda's 0.087 to 0.049, held-out 0.086 → 0.079.
+    Paper B's literal reading is optimizer="gd", init="ones", refine="none"; Wanda's mask that
+    does not move (init="wanda_mask", refine="none", optimizer="gd") is a baseline. λ_rel = 1e-3
+    keeps the penalty below typical row errors.
     """
 
     lam: float = option(
@@ -78,11 +86,11 @@ class AttentionGDOptions:
         "constant", "λ schedule", "'anneal': λ·10, λ, λ/10", LAM_SCHEDULES, expert=True
     )
     optimizer: str = option(
-        "gd", "Optimiser", "'gd' (Paper B), 'adam' or 'lbfgs'", OPTIMIZERS, expert=True
+        "adam", "Optimiser", "'gd' (Paper B), 'adam' or 'lbfgs'", OPTIMIZERS, expert=True
     )
-    steps: int = option(20, "Gradient steps (at most)", "cap on GD steps per group", (1, 5000))
+    steps: int = option(150, "Gradient steps (at most)", "cap on steps per group", (1, 5000))
     tol: float = option(
-        1e-3,
+        1e-5,
         "Stop when the loss changes less than",
         "relative, 0 = run every step",
         (0.0, 1.0),
@@ -99,7 +107,7 @@ class AttentionGDOptions:
         "wanda_mask", "Starting mask", "the mask GD refines ('wanda_mask': Wanda's)", INITS
     )
     refine: str = option(
-        "none", "Refine the binary mask", "'swap': swap search on the objective", REFINES
+        "swap", "Refine the binary mask", "'swap': swap search on the objective", REFINES
     )
     swap_evals: int = option(20, "Swap-search evaluations", "per GQA group", (1, 1000), expert=True)
     binarize: str = option("mask", "Keep entries by", "M or |M∘W|", BINARIZE_RULES, expert=True)
@@ -110,7 +118,7 @@ class AttentionGDOptions:
     causal: bool = option(True, "Causal softmax", "as the model computes it", expert=True)
     clip: bool = option(False, "Keep M in [0, 1]", "project after each step", expert=True)
     max_seq: int = option(8, "Calibration sequences used", "the first ones (paper: 8)", (1, 1024))
-    max_len: int = option(256, "Tokens per sequence used", "a step costs O(tokens²)", (2, 8192))
+    max_len: int = option(64, "Tokens per sequence used", "a step costs O(tokens²)", (2, 8192))
     checks: str = option(
         "sample",
         "Assumption checks",
