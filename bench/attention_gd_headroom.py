@@ -58,8 +58,10 @@ run "optimiser" since Adam's steps do not shrink to meet a tolerance.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -108,6 +110,7 @@ def add_args(ap) -> None:
     ap.add_argument("--headroom-optimizer", default="adam", choices=["gd", "adam", "lbfgs"])
     ap.add_argument("--headroom-steps", type=int, default=150)
     ap.add_argument("--swap-evals", type=int, default=20)
+    ap.add_argument("--headroom-json", default=None, help="also write the table as JSON here")
 
 
 class GroupErrors:
@@ -245,6 +248,8 @@ def headroom(args, lm) -> None:
                 flush=True,
             )
     print_table(args, res, sizes, ad)
+    if args.headroom_json:
+        write_json(Path(args.headroom_json), args, res, sizes)
     print(f"\nheadroom wall time {(time.perf_counter() - t_start) / 60:.1f} min")
 
 
@@ -270,6 +275,32 @@ def attribute(res, n) -> tuple[str, str]:
     if g_held >= w_held:
         return "overfitting", gd
     return "none", gd
+
+
+def write_json(path: Path, args, res, sizes) -> None:
+    """The table (mean and std over seeds of every column) and the attribution, for pages."""
+    out = {
+        "model": args.model,
+        "sparsity": SPARSITY,
+        "layers": args.headroom_layers,
+        "seeds": args.seeds,
+        "optimizer": args.headroom_optimizer,
+        "steps": args.headroom_steps,
+        "swap_evals": args.swap_evals,
+        "sizes": [
+            {
+                "tokens": n * args.seqlen,
+                "attribution": attribute(res, n)[0],
+                "rows": {
+                    name: {k: _ms(res[(n, name)], k) for k in res[(n, name)][0]} for name in ROWS
+                },
+            }
+            for n in sizes
+        ],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1))
+    print(f"wrote {path}")
 
 
 def print_table(args, res, sizes, ad) -> None:
