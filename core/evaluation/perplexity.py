@@ -51,7 +51,10 @@ def window_nll(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return loss.view(B, L - 1).mean(dim=1)
 
 
-LOGIT_CHUNK = 1024  # token rows of logits materialised at once: (chunk, V) float32
+# token rows of logits materialised at once: (chunk, V) float32, and as much again for the
+# cross-entropy's log-softmax: 2 x 12 MiB at a 49k vocabulary, 2 x 32 MiB at 128k. A streamed
+# evaluation holds the head beside them, so they must stay well under a unit's size.
+LOGIT_CHUNK = 64
 
 
 def _head_nll(adapter: ModelAdapter, hidden: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,13 @@ Two glibc details decide whether the peak stays near that budget on CPU:
   also collects garbage, for what tokenisation and set-up freed. (Forcing every block over
   1 MiB into its own mapping keeps RSS ~40 MB lower still, but the page faults of those
   fresh mappings made Wanda's pruning pass 40% slower on 2 CPU cores.)
+- A streamed run holds far less than its weights, so the heap's holes weigh more there:
+  glibc's *dynamic* mmap threshold rises to the size of each freed mapped block (up to
+  32 MiB), after which a layer's 4-14 MiB weights and transients come from the heap and
+  leave holes that only the next ``trim_heap`` returns; on the real-proportions model
+  (bench/big_model.py --real) that was ~240 MiB above the live bytes in one layer.
+  ``map_large_blocks`` (called when a streamed model is opened) fixes the threshold at
+  4 MiB: larger blocks get their own mapping and go back to the OS when freed.
 """
 
 from __future__ import annotations
@@ -52,6 +59,17 @@ def trim_heap() -> bool:
     """Return the freed pages of the heap to the OS (glibc malloc_trim; a few ms). True when
     something was released; False as well off glibc, where it does nothing."""
     return bool(_LIBC is not None and _LIBC.malloc_trim(0))
+
+
+M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
+STREAM_MMAP_THRESHOLD = 4 * 2**20
+
+
+def map_large_blocks(threshold: int = STREAM_MMAP_THRESHOLD) -> bool:
+    """Serve every heap block of at least ``threshold`` bytes from its own mapping, returned
+    to the OS as soon as it is freed (glibc ``mallopt(M_MMAP_THRESHOLD)``; this also ends the
+    threshold's dynamic rise, for the rest of the process). True when set; False off glibc."""
+    return bool(_LIBC is not None and _LIBC.mallopt(M_MMAP_THRESHOLD, int(threshold)))
 
 
 def release_freed() -> None:

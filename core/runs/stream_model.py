@@ -84,6 +84,6 @@ def folder_measures(
     nonzero = 0
     # file keys: a tied head the skeleton did not tie reads the embeddings' key, counted once
     keys = {offload.alias.get(n, n): p.dtype for n, p in lm.model.named_parameters()}
-    for key, dtype in keys.items():
-        nonzero += int(torch.count_nonzero(offload.source.read([key])[key].to(dtype)))
+    for key, dtype in keys.items():  # in pieces: the head alone is a unit's size
+        nonzero += sum(int(torch.count_nonzero(c.to(dtype))) for c in offload.source.chunks(key))
     return (sparsity_of(counts) if roles is not None else {}), arrays, nonzero

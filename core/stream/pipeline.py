@@ -28,6 +28,7 @@ from transformers import AutoConfig
 from core.adapters import adapter_for, family_traits
 from core.errors import ConfigError, ModelLoadError
 from core.evaluation.perplexity import PerplexityResult, layerwise_perplexity
+from core.machine.process_memory import map_large_blocks
 from core.methods.slicegpt import SLICING_FILE, is_sliced
 from core.models.gguf import GGUF_MODELS, gguf_folder
 from core.models.load import TINY_MODELS, LoadedModel
@@ -98,8 +99,11 @@ def open_streamed(
     writer: ShardWriter | None = None,
     attn_implementation: str | None = None,
 ) -> tuple[LoadedModel, StreamedOffload]:
-    """A folder's meta skeleton as a LoadedModel (no tokenizer) and its streamed residency."""
+    """A folder's meta skeleton as a LoadedModel (no tokenizer) and its streamed residency.
+    Blocks of 4 MiB and more are mapped from here on (``map_large_blocks``), so the freed
+    weights and transients of one layer leave no heap holes behind for the next."""
     check_streamable(folder)
+    map_large_blocks()
     model = skeleton(folder, dtype, attn_implementation)
     lm = LoadedModel(model, None, adapter_for(model), str(folder), "streamed")
     return lm, StreamedOffload(model, device, LazyWeights(folder), writer)

@@ -19,10 +19,11 @@ the unit in use and the one being written, whatever the shard layout of its sour
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,23 @@ class LazyWeights:
             out.update(read_tensors(self.folder / file, names))
         return out
 
+    def chunks(self, key: str, chunk_bytes: int = 16 * 2**20) -> Iterator[torch.Tensor]:
+        """The tensor ``key`` flattened, as consecutive fresh CPU pieces of at most
+        ``chunk_bytes`` (one element at least): a pass over a 192 MiB head (a count, a
+        checksum) then holds 16 MiB of it, not all of it."""
+        path = self.folder / self.files[key]
+        header, base = read_header(path)
+        info = header[key]
+        dtype = _TORCH_DTYPES[info["dtype"]]
+        n = math.prod(info["shape"])
+        step = max(1, chunk_bytes // _DTYPE_BYTES[info["dtype"]])
+        with open(path, "rb", buffering=0) as f:
+            for first in range(0, n, step):
+                t = torch.empty(min(step, n - first), dtype=dtype)
+                f.seek(base + info["data_offsets"][0] + first * t.element_size())
+                _read_into(f, _bytes_of(t), path, key)
+                yield t
+
     def nbytes(self) -> int:
         """Bytes of all tensors (from the file headers; no tensor is read)."""
         return sum(tensor_bytes(self.folder / file) for file in set(self.files.values()))
@@ -122,14 +140,19 @@ def read_tensors(path: str | Path, keys: Iterable[str]) -> dict[str, torch.Tenso
             if len(buf) != end - start:
                 raise ModelLoadError(f"{path}: {key} has {end - start} bytes, expected {len(buf)}")
             f.seek(base + start)
-            done = 0
-            while done < len(buf):
-                got = f.readinto(buf[done:])
-                if not got:
-                    raise ModelLoadError(f"{path} ends inside tensor {key}")
-                done += got
+            _read_into(f, buf, path, key)
             out[key] = t
     return out
+
+
+def _read_into(f, buf: memoryview, path: str | Path, key: str) -> None:
+    """Fill ``buf`` from the raw file ``f`` at its position (readinto may return less)."""
+    done = 0
+    while done < len(buf):
+        got = f.readinto(buf[done:])
+        if not got:
+            raise ModelLoadError(f"{path} ends inside tensor {key}")
+        done += got
 
 
 def _bytes_of(t: torch.Tensor) -> memoryview:
