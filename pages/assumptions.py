@@ -19,7 +19,16 @@ from core.methods.attention_gd.audit import (
     TABLE_TRAJECTORY,
 )
 from core.methods.attention_gd.controls import control_trajectories, controls
-from core.methods.attention_gd.power import PRODUCTION_STEPS, power_note, power_table
+from core.methods.attention_gd.power import (
+    OPTIMIZER_NAMES,
+    PRODUCTION_OPTIMIZER,
+    PRODUCTION_STEPS,
+    budget_words,
+    judged_optimizer,
+    power_note,
+    power_table,
+    rate_note,
+)
 from core.store.run_store import Run, RunRecord
 from pages.common import (
     get_store,
@@ -96,13 +105,13 @@ def control_paths() -> pd.DataFrame:
 
 
 @st.cache_data(show_spinner="Measuring the rule's power…", persist="disk")
-def power_rows(budgets: tuple[int, ...]) -> pd.DataFrame:
-    return pd.DataFrame(power_table(budgets))
+def power_rows(budgets: tuple[int, ...], optimizers: tuple[str, ...]) -> pd.DataFrame:
+    return pd.DataFrame(power_table(budgets, optimizers))
 
 
 @st.cache_data(show_spinner="Measuring the rule's power…", persist="disk")
-def verdict_power(verdict: str, steps: int) -> str:
-    return power_note(verdict, steps)
+def verdict_power(verdict: str, steps: int, optimizer: str) -> str:
+    return power_note(verdict, steps, optimizer)
 
 
 def group_steps(row: pd.Series) -> int:
@@ -125,12 +134,16 @@ def show_controls() -> None:
     st.dataframe(control_rows(), hide_index=True, key="controls")
     st.markdown(CURVES)
     st.plotly_chart(figures.gd_trajectories(control_paths(), series="control"), key="control_paths")
-    st.subheader(f"The rule's power at the production budget ({PRODUCTION_STEPS} steps)")
-    number_table(power_rows((PRODUCTION_STEPS,)).set_index(["steps", "mu"]), "power", "%.2f")
+    st.subheader(f"The rule's power at the production budget ({budget_words(PRODUCTION_STEPS)})")
+    power = power_rows((PRODUCTION_STEPS,), (PRODUCTION_OPTIMIZER, "gd"))
+    number_table(power.set_index(["optimizer", "steps", "mu"]), "power", "%.2f")
     st.caption(
         "Controls matched to the layers' conditioning: quadratics with PL constant μ and L = 1 "
         "(spectrum log-spaced over log10(1/μ) decades) and a shifted x⁴ (no PL), 8 seeded starts "
-        "each, judged with production's check settings. 'supported': fraction of PL controls "
+        f"each, judged on {OPTIMIZER_NAMES[PRODUCTION_OPTIMIZER]} trajectories as production "
+        "runs them (the default options' learning rate, tolerance and cap; plain GD with "
+        "backtracking beside it), with production's check settings. steps_taken: the mean "
+        "steps the judged runs took. 'supported': fraction of PL controls "
         "the rule supports (95 % Wilson interval); 'contradicted': fraction of x⁴ controls it "
         "contradicts; the false_ columns are its errors."
     )
@@ -146,6 +159,7 @@ def show_controls() -> None:
 def show_verdicts(run: Run, groups: pd.DataFrame) -> None:
     """The run's verdict, the count per verdict, and one group's GD trajectory."""
     m = run.metrics
+    optimizer = judged_optimizer(run.config)
     counts = groups["verdict"].value_counts()
     c = st.columns(4)
     c[0].metric("run verdict", str(m.get("gd_verdict", "–")))
@@ -166,13 +180,10 @@ def show_verdicts(run: Run, groups: pd.DataFrame) -> None:
     row = groups[(groups["layer"] == layer) & (groups["group"] == group)].iloc[0]
     st.markdown(f"**Layer {layer}, group {group}: {row['verdict']}** ({row.get('reason', '')})")
     if row["verdict"] in ("supported", "contradicted", "inconclusive"):
-        st.caption(verdict_power(str(row["verdict"]), group_steps(row)))
+        st.caption(verdict_power(str(row["verdict"]), group_steps(row), optimizer))
     pred = row.get("steps_pred")
     if pred is not None and math.isfinite(float(pred)):
-        st.caption(
-            f"Theorem 4.1's rate 1 − μ̂/L̂ predicts {float(pred):.3g} steps to the gap this run "
-            f"reached; it took {group_steps(row)}."
-        )
+        st.caption(rate_note(float(pred), group_steps(row), optimizer))
     if bool(row.get("bound_uninformative", False)):
         st.caption(
             "The analytical Lipschitz bound sits over 10³ above the measured curvature: "
@@ -196,7 +207,7 @@ def show_verdicts(run: Run, groups: pd.DataFrame) -> None:
         st.dataframe(heads[heads["layer"] == layer], hide_index=True, key="gd_heads")
 
 
-def show_estimates(groups: pd.DataFrame) -> None:
+def show_estimates(groups: pd.DataFrame, optimizer: str) -> None:
     """The estimates behind the verdicts: their spread over groups, then every group."""
     st.dataframe(
         groups.pivot_table(
@@ -233,7 +244,7 @@ def show_estimates(groups: pd.DataFrame) -> None:
     ]
     rows = groups[[col for col in shown if col in groups]].copy()
     rows["power"] = [
-        verdict_power(str(r["verdict"]), group_steps(r))
+        verdict_power(str(r["verdict"]), group_steps(r), optimizer)
         if r["verdict"] in ("supported", "contradicted", "inconclusive")
         else ""
         for _, r in groups.iterrows()
@@ -287,6 +298,6 @@ with pane:
     elif section == VERDICTS:
         show_verdicts(run, run.table(TABLE_GROUPS))
     elif section == ESTIMATES:
-        show_estimates(run.table(TABLE_GROUPS))
+        show_estimates(run.table(TABLE_GROUPS), judged_optimizer(run.config))
     else:
         show_audit(run)

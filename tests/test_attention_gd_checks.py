@@ -79,16 +79,43 @@ def test_controls_table_matches_expectations():
 
 def test_power_is_measured_on_known_controls_at_the_production_budget():
     from core.methods.attention_gd.options import AttentionGDOptions
-    from core.methods.attention_gd.power import PRODUCTION_STEPS, STARTS, detection_power
+    from core.methods.attention_gd.power import (
+        PRODUCTION_OPTIMIZER,
+        PRODUCTION_STEPS,
+        STARTS,
+        detection_power,
+    )
 
-    assert AttentionGDOptions().steps == PRODUCTION_STEPS
+    opts = AttentionGDOptions()
+    assert (opts.steps, opts.optimizer) == (PRODUCTION_STEPS, PRODUCTION_OPTIMIZER)
     p = detection_power(PRODUCTION_STEPS, 1e-2)
     assert p["steps"] == PRODUCTION_STEPS and p["mu"] == 1e-2
+    assert p["optimizer"] == opts.optimizer
+    assert 1 <= p["steps_taken"] <= PRODUCTION_STEPS
     for key in ("supported", "false_contradicted", "contradicted", "false_supported"):
         r = p[key]
         assert r["n"] == STARTS and 0.0 <= r["lo"] <= r["rate"] <= r["hi"] <= 1.0
-    assert p["contradicted"]["rate"] == 1.0  # x⁴ is caught at the production budget
-    assert p["false_supported"]["rate"] == 0.0
+
+
+def test_controls_are_judged_on_the_production_optimisers_trajectory():
+    from core.methods.attention_gd.controls import matched_quadratic, start
+    from core.methods.attention_gd.options import AttentionGDOptions
+    from core.methods.attention_gd.power import judged_run
+    from core.methods.attention_gd.steppers import ADAM_LR
+
+    opts = AttentionGDOptions()
+    assert opts.optimizer == "adam" and opts.eta is None
+    obj = AutogradObjective(matched_quadratic(1e-2, 0))
+    run, eta0 = judged_run(obj, start(0), opts.steps)
+    assert eta0 == ADAM_LR
+    # Adam's first step moves every coordinate by its learning rate against the gradient's sign.
+    step = run.xs[1] - run.xs[0]
+    assert torch.allclose(step, -ADAM_LR * run.grads[0].sign(), atol=1e-12)
+    assert len(run.values) - 1 <= opts.steps
+    last = len(run.values) - 1  # stopped by the cap or by the relative tolerance
+    assert last == opts.steps or abs(run.values[-2] - run.values[-1]) <= opts.tol * run.values[-2]
+    gd, _ = judged_run(obj, start(0), opts.steps, "gd")  # the ladder's other reading
+    assert not torch.allclose(gd.xs[1], run.xs[1])
 
 
 def test_matched_controls_have_their_stated_mu_and_l():
@@ -102,24 +129,43 @@ def test_matched_controls_have_their_stated_mu_and_l():
 
 
 def test_violating_and_satisfying_controls_at_the_budget_the_report_states():
-    from core.methods.attention_gd.controls import matched_quadratic, pl_violating
+    from core.methods.attention_gd.controls import MATCHED_MU, matched_quadratic, pl_violating
     from core.methods.attention_gd.power import (
         PRODUCTION_STEPS,
+        STARTS,
         TARGET,
+        budget_words,
         detecting_budget,
         detection_power,
         judge_control,
         power_note,
     )
 
+    # At the production budget and optimiser: every control judged again, one by one, gives
+    # the fractions the report states, and those detect the violation and PL with μ = 1e-2.
+    note = power_note("inconclusive", PRODUCTION_STEPS)
+    assert note.startswith(f"inconclusive: at {budget_words(PRODUCTION_STEPS)} this rule detects")
+    assert "Adam" in note
+    bad = [judge_control(pl_violating(s), s, PRODUCTION_STEPS)["verdict"] for s in range(STARTS)]
+    for mu in MATCHED_MU:
+        p = detection_power(PRODUCTION_STEPS, mu)
+        ok = [
+            judge_control(matched_quadratic(mu, s), s, PRODUCTION_STEPS)["verdict"]
+            for s in range(STARTS)
+        ]
+        assert ok.count("supported") / STARTS == p["supported"]["rate"]
+        assert bad.count("contradicted") / STARTS == p["contradicted"]["rate"]
+        assert f"PL with μ = {mu:g} in {p['supported']['rate']:.0%}" in note
+    assert f"(x⁴) in {bad.count('contradicted') / STARTS:.0%}" in note
+    strong = detection_power(PRODUCTION_STEPS, MATCHED_MU[0])
+    assert strong["supported"]["rate"] >= TARGET and strong["contradicted"]["rate"] >= TARGET
+    assert strong["false_supported"]["rate"] == 0.0
+    assert strong["false_contradicted"]["rate"] == 0.0
+    # The ladder: the smallest budget that detects μ = 1e-2 is at most the production one.
     budget = detecting_budget(1e-2)
-    assert budget is not None
-    assert detection_power(budget, 1e-2)["supported"]["rate"] >= TARGET
+    assert budget is not None and budget <= PRODUCTION_STEPS
     assert judge_control(matched_quadratic(1e-2, 0), 0, budget)["verdict"] == "supported"
     assert judge_control(pl_violating(0), 0, budget)["verdict"] == "contradicted"
-    note = power_note("inconclusive", PRODUCTION_STEPS)
-    assert note.startswith(f"inconclusive: at {PRODUCTION_STEPS} steps this rule detects PL")
-    assert "μ = 0.0001" in note and "%" in note
 
 
 def test_uninformative_bound_is_flagged_and_not_counted():
@@ -143,3 +189,14 @@ def test_predicted_steps_from_the_rate_beside_steps_taken():
     )
     assert out["steps_taken"] == 30
     assert 0 < out["steps_pred"] < math.inf
+
+
+def test_rate_note_names_the_optimiser_that_took_the_steps():
+    from core.methods.attention_gd.power import judged_optimizer, rate_note
+
+    adam = {"prune": {"options": [["optimizer", "adam"], ["steps", 150]]}}
+    assert judged_optimizer(adam) == "adam"
+    assert judged_optimizer({"prune": {"options": [["steps", 20]]}}) == "gd"  # before the option
+    note = rate_note(65.6, 150, "adam")
+    assert "it took 150 Adam steps" in note and "rate is for GD, not Adam" in note
+    assert "not" not in rate_note(65.6, 20, "gd").split("took")[1]
