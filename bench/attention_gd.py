@@ -1,12 +1,16 @@
-"""Attention-matrix GD pruning (Paper B): which GD reading, against magnitude, Wanda, SparseGPT.
+"""Attention-matrix GD pruning (Paper B): where it fails against Wanda, and which GD reading.
 
-    python bench/attention_gd.py [--sparsities 0.3 0.5 0.7] [--seeds 0 1 2] [--layers 15]
-    [--ppl-sparsities 0.5]
-        [--nsamples 4] [--seqlen 64] [--max-windows 16] [--steps 20] [--store DIR]
-    python bench/attention_gd.py --headroom ...   (where GD fails against Wanda: the protocol
-        and the attribution rule are in bench/attention_gd_headroom.py)
+    python bench/attention_gd.py [--seeds 0 1 2] [--headroom-layers 0 4 ... 28]
+        [--headroom-sizes 8 16 36] [--headroom-json FILE] ...
+        (the default: the headroom table, 8 layers x 3 seeds x calibration sizes 8 sequences
+        to 4·d tokens, and the sentence locating the failure; protocol and attribution rule in
+        bench/attention_gd_headroom.py; ~5 min on 2 cores)
+    python bench/attention_gd.py --readings [--sparsities 0.3 0.5 0.7] [--seeds 0 1 2]
+        [--layers 15] [--ppl-sparsities 0.5] [--nsamples 4] [--seqlen 64] [--max-windows 16]
+        [--steps 20] [--store DIR]
+        (the earlier sweep of plain-GD readings below)
 
-Protocol. The embedded model; only q_proj/k_proj are pruned, everything else stays
+Protocol of --readings. The embedded model; only q_proj/k_proj are pruned, everything else stays
 dense. For every calibration seed (C4 train, nsamples × seqlen tokens) the dense q_proj inputs
 of the sweep layers are captured once; every GD configuration and the three baselines prune
 those layers from the same inputs (layer-wise, not sequential), and the relative attention
@@ -112,7 +116,7 @@ def main() -> None:
     store = open_store(args, "attngd-")
     model = ModelSpec(args.model, "cpu", "float32")
     lm = get_model(model, fresh=False)
-    if args.headroom:
+    if not args.readings:  # the headroom table is the default (issue 32's done-when)
         headroom(args, lm)
         return
     ad = lm.adapter

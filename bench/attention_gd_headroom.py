@@ -1,6 +1,6 @@
 """Where attention-matrix GD fails against Wanda, per calibration size (issue 32, item 1).
 
-    python bench/attention_gd.py --headroom [--seeds 0 1 2] [--headroom-layers 0 4 ... 28]
+    python bench/attention_gd.py [--headroom] [--seeds 0 1 2] [--headroom-layers 0 4 ... 28]
         [--headroom-sizes 8 16 36] [--seqlen 64] [--headroom-optimizer adam]
         [--headroom-steps 150] [--swap-evals 20]
 
@@ -104,7 +104,10 @@ def baseline(name: str, W: torch.Tensor, X: torch.Tensor, s: float) -> torch.Ten
 
 
 def add_args(ap) -> None:
-    ap.add_argument("--headroom", action="store_true", help="the headroom analysis only")
+    ap.add_argument("--headroom", action="store_true", help="the headroom analysis (the default)")
+    ap.add_argument(
+        "--readings", action="store_true", help="the earlier sweep of plain-GD readings instead"
+    )
     ap.add_argument("--headroom-layers", type=int, nargs="+", default=list(range(0, 30, 4)))
     ap.add_argument("--headroom-sizes", type=int, nargs="+", default=[8, 16, 36])
     ap.add_argument("--headroom-optimizer", default="adam", choices=["gd", "adam", "lbfgs"])
