@@ -147,6 +147,8 @@ def headline(run: Run) -> None:
     data = m.get("data") or {}
     if data and not data.get("comparable", True):
         st.caption(f"⚠️ Evaluated on {data.get('dataset')}: not comparable with published figures.")
+    if m.get("standing_vs_wanda"):  # attention-gd: the stored headroom analysis of this model
+        st.caption(str(m["standing_vs_wanda"]))
 
 
 def layer_charts(layers: pd.DataFrame) -> None:

@@ -246,6 +246,8 @@ def summary_lines(command: str, m: dict[str, Any]) -> list[str]:
                 f"({m['decoder_sparsity']:.4f} of all decoder linears)"
             )
         lines.append(f"pruning time: {m['prune_seconds']:.1f} s")
+        if m.get("standing_vs_wanda"):  # attention-gd: where it stands against Wanda
+            lines.append(m["standing_vs_wanda"])
         if "zeroshot" in m:
             lines.append(f"zero-shot accuracy (dense run {m['dense_zeroshot_run']}):")
             lines.extend("  " + ln for ln in zeroshot_lines(m["zeroshot"], None))

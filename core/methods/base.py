@@ -198,3 +198,8 @@ class Method:
         """Run-level metrics a method derives from its own tables (merged into the run's
         metrics); none by default."""
         return {}
+
+    def model_summary(self, model: str) -> dict[str, Any]:
+        """Run-level notes a method derives from the model's name (merged into the run's
+        metrics: attention-gd's standing against Wanda on that model); none by default."""
+        return {}

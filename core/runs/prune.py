@@ -100,6 +100,7 @@ def _prune(p: Prologue) -> dict[str, Any]:
         **weight_sparsity(p.lm, roles),
         **(summarize_attention(attn_rows) if attn_rows else {}),
         **method.run_summary(result.tables),
+        **method.model_summary(p.cfg.model.name),
         **memory,
     }
 
@@ -117,6 +118,7 @@ def _record_streamed(s: StreamedStep) -> dict[str, Any]:
         "prune_seconds": s.seconds,
         "layer_seconds": result.layer_seconds,
         **method.run_summary(result.tables),
+        **method.model_summary(s.cfg.model.name),
         **memory,
     }
 

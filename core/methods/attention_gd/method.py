@@ -33,6 +33,7 @@ from core.methods.attention_gd.audit import (
 from core.methods.attention_gd.bound import lipschitz_upper_bound, spectral_norms
 from core.methods.attention_gd.cost_terms import descent_flops
 from core.methods.attention_gd.diagnostics import check_assumptions
+from core.methods.attention_gd.headroom import standing
 from core.methods.attention_gd.objective import HeadExtras, to_heads, to_linear
 from core.methods.attention_gd.optimiser import (
     GroupObjective,
@@ -309,6 +310,12 @@ class AttentionGD(Method):
     def run_summary(self, tables: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         """Run-level metrics: mask agreement and verdict counts (``audit.run_summary``)."""
         return run_summary(tables)
+
+    def model_summary(self, model: str) -> dict[str, Any]:
+        """Where attention-gd's default stands against Wanda on ``model`` (the stored headroom
+        analysis at the calibration size nearest this run's, or "not yet measured")."""
+        tokens = self.options.max_seq * self.options.max_len
+        return {"standing_vs_wanda": standing(model, tokens)}
 
     def _prune_others(self, ctx: LayerContext) -> list[LinearReport]:
         """The authors' hybrid: V/O/MLP by Wanda or SparseGPT on the same layer context."""
