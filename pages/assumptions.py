@@ -38,6 +38,7 @@ from pages.common import (
     pick_run,
     require_frame,
 )
+from pages.gd_views import show_standing
 from pages.starters import offer_run
 
 require_frame(__file__)
@@ -120,10 +121,11 @@ def group_steps(row: pd.Series) -> int:
     return int(steps) if steps is not None and math.isfinite(float(steps)) else PRODUCTION_STEPS
 
 
-VERDICTS, ESTIMATES, AUDIT, CONTROLS = (
+VERDICTS, ESTIMATES, AUDIT, STANDING, CONTROLS = (
     "Verdicts and trajectories",
     "Estimates per group",
     "How far GD moved",
+    "Against Wanda (headroom)",
     "Controls: how to read the curves",
 )
 
@@ -288,7 +290,9 @@ run = store.load(pick_run("Run", gd_runs, key="gd_run").id) if gd_runs else None
 if run is None:  # the controls still teach how to read the curves meanwhile
     offer_run(store, PAGE_ASSUMPTIONS, "No attention-gd run with assumption checks yet.")
 section, pane = open_section(
-    [VERDICTS, ESTIMATES, AUDIT, CONTROLS], key="gd_section", default=None if run else CONTROLS
+    [VERDICTS, ESTIMATES, AUDIT, STANDING, CONTROLS],
+    key="gd_section",
+    default=None if run else CONTROLS,
 )
 with pane:
     if section == CONTROLS:
@@ -297,6 +301,8 @@ with pane:
         st.info("This section reads an attention-gd run: start one with the button above.")
     elif section == VERDICTS:
         show_verdicts(run, run.table(TABLE_GROUPS))
+    elif section == STANDING:
+        show_standing(run, "gd")
     elif section == ESTIMATES:
         show_estimates(run.table(TABLE_GROUPS), judged_optimizer(run.config))
     else:

@@ -21,6 +21,7 @@ from pages.common import (
     run_label,
     show_error,
 )
+from pages.gd_views import show_standing
 from pages.starters import offer_run
 
 require_frame(__file__)
@@ -135,6 +136,8 @@ def mask_view(run: Run, layer: int, head: int, kv_head: int, head_dim: int, stam
                 f"Wanda {m.get('mask_agreement_wanda', float('nan')):.1%}, "
                 f"mean ‖M_T − M₀‖/‖M₀‖ {m.get('mask_delta', float('nan')):.3g}."
             )
+    if run.record.method == "attention-gd":
+        show_standing(run, "attn")
 
 
 def error_view(

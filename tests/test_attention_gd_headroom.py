@@ -104,3 +104,57 @@ def test_a_run_of_attention_gd_carries_the_sentence(store, stored, measured):
 def test_other_methods_carry_no_standing(store):
     res = run_prune(MODEL, PruneConfig("magnitude", 0.5, targets="qk"), CALIB, EVAL, store)
     assert "standing_vs_wanda" not in res["metrics"]
+
+
+# ---- the pages' frames and views (issue 32 item 4) ----------------------------------------
+
+
+def test_headroom_frame_and_verdict_power_beside_it(stored):
+    from core.analysis.gd_standing import headroom_frame, run_budget, verdict_power_frame
+    from core.methods.attention_gd.power import detection_power
+
+    assert headroom_frame("tiny-llama").empty  # not measured: an empty frame, same columns
+    stored("tiny-llama", fake_analysis([512, 2304], "relaxation"))
+    frame = headroom_frame("tiny-llama")
+    assert len(frame) == 2 * (len(ROWS) + 1) and set(frame["tokens"]) == {512, 2304}
+    ours = frame[(frame["row"] == hr.DEFAULT_ROW) & (frame["tokens"] == 2304)].iloc[0]
+    assert (ours["calib err"], ours["held-out err"]) == pytest.approx((0.06, 0.08))
+    assert set(frame["gap to Wanda"]) == {"relaxation"}
+    cfg = {"prune": {"options": [["optimizer", "adam"], ["steps", 20]]}}
+    assert run_budget(cfg) == (20, "adam")
+    power = verdict_power_frame(["supported", "inconclusive", "inconclusive"], 20, "adam")
+    assert list(power["verdict"]) == ["supported", "contradicted", "inconclusive"]
+    assert list(power["groups"]) == [1, 0, 2]
+    rate = detection_power(20, 1e-2, optimizer="adam")["supported"]["rate"]
+    assert power["power"].str.startswith("at 20 Adam steps").all()
+    assert f"PL with μ = 0.01 in {rate:.0%}" in power["power"][0]
+
+
+def frame_with(at, column: str):
+    """The one drawn dataframe that has ``column``."""
+    (frame,) = [d.value for d in at.dataframe if column in d.value.columns]
+    return frame
+
+
+def test_assumption_and_attention_pages_show_the_standing(store, stored):
+    from tests.test_app import fake_gd, fake_prune, open_page, texts
+
+    fake_gd(store)
+    at = open_page("assumptions")
+    at.session_state["gd_section"] = "Against Wanda (headroom)"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "not yet measured" in texts(at.markdown) + texts(at.info)
+    power = frame_with(at, "groups")
+    assert list(power["groups"]) == [1, 1, 0]  # the fake run: one supported, one contradicted
+    stored("tiny-llama", fake_analysis([256], "relaxation"))
+    at.run()
+    assert "located in the relaxation" in texts(at.markdown)
+    assert len(frame_with(at, "gap to Wanda")) == len(ROWS) + 1
+    fake_prune(store, "attention-gd", 0.5)  # a run with W_Q/W_K stored, no checks table
+    at = open_page("attention")
+    at.session_state["attn_section"] = "Keep masks"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(frame_with(at, "gap to Wanda")) == len(ROWS) + 1
+    assert list(frame_with(at, "groups")["groups"]) == [0, 0, 0]
