@@ -47,10 +47,11 @@ class Side:
 @torch.no_grad()
 def side(lm: LoadedModel, ids: list[int], dec: Decoding, on_token=None) -> Side:
     """One model's side: the prompt run once (trace and NLL), then its continuation."""
-    check_text(torch.tensor(ids))
+    ids_t = torch.tensor(ids)
+    check_text(ids_t)
     with recording(lm) as states:
         start = prefill(lm, ids)
-    tr = Trace([s.cpu() for s in states], start.logits[0].float().cpu(), torch.tensor(ids))
+    tr = Trace([s.cpu() for s in states], start.logits[0].float().cpu(), ids_t)
     new = generate(lm, ids, dec, on_token, start=start)
     text = lm.tokenizer.decode(new, skip_special_tokens=True)
     return Side(new, text, token_nll(tr.logits, tr.ids), tr)
