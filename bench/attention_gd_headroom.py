@@ -16,6 +16,10 @@ the same for every seed and size. Rows, all from the same inputs:
   sparsegpt: OBS with H = 2XᵀX/n from the calibration tokens (whole matrices, then the
     group's rows); H has rank ≤ tokens, so at 512 tokens (< d) it is rank-deficient (held up
     only by SparseGPT's percdamp, marked "H<d") and full rank from 1024 tokens on.
+  obd (attention H): the second-order saliency of attention-gd's own objective (Optimal
+    Brain Damage): keep per row the entries of largest ½·[∇²L]_mm at M = 1, the exact
+    diagonal of the data term's Hessian there (``core.methods.attention_gd.saliency``); no
+    reconstruction, no optimiser. flip and agree W against Wanda's mask.
   gd M0=wanda / gd M0=1: attention-gd's objective (default λ_rel) from Wanda's keep mask and
     from ones, optimiser ``--headroom-optimizer`` with tol 1e-5 and a cap of
     ``--headroom-steps`` steps; binarised by M per row. Adam is the default because a pilot
@@ -68,7 +72,8 @@ import torch
 from core.evaluation.attention_error import AttentionProbe, form
 from core.evaluation.attention_ops import attention_errors, attention_probs, rope_tables
 from core.methods.attention_gd import AttentionGDOptions, binarize, gd_prune_group, initial_mask
-from core.methods.attention_gd.objective import to_heads, to_linear
+from core.methods.attention_gd.objective import GroupProblem, to_heads, to_linear
+from core.methods.attention_gd.saliency import attention_saliency
 from core.methods.attention_gd.swaps import swap_search
 from core.methods.sparsegpt import sparsegpt_prune
 from core.methods.wanda import wanda_scores
@@ -79,7 +84,8 @@ from core.settings.config import CalibConfig, DataSpec, EvalConfig
 SPARSITY = 0.5
 TOL = 1e-5
 SWAPS = ("swap from wanda", "gd M0=wanda + swap")
-ROWS = ("magnitude", "wanda", "sparsegpt", "gd M0=wanda", "gd M0=1", *SWAPS)
+OBD = "obd (attention H)"
+ROWS = ("magnitude", "wanda", "sparsegpt", OBD, "gd M0=wanda", "gd M0=1", *SWAPS)
 
 
 def attn_error(X, dense, pruned, geo, rope, qk_form=None) -> float:
@@ -193,6 +199,11 @@ def layer_rows(i, X, Xh, dense, ropes, lm, args) -> dict[str, dict[str, float]]:
         extra: dict[str, float] = {}
         if name in ("magnitude", "wanda", "sparsegpt"):  # whole matrices, then the group's rows
             pruned = (baseline(name, Wq, X, SPARSITY)[qs], baseline(name, Wk, X, SPARSITY)[ks])
+        elif name == OBD:
+            sal_q, sal_k = attention_saliency(GroupProblem(X, to_heads(Wqg, hd), Wkg.T, True, rope))
+            keep = [~score_mask(S, SPARSITY, "row") for S in (to_linear(sal_q), sal_k.T)]
+            extra.update(overlap(keep, wanda_keep, wanda_keep))
+            pruned = (Wqg * keep[0], Wkg * keep[1])
         elif name not in SWAPS:
             start = "wanda_mask" if name == "gd M0=wanda" else "ones"
             keep, start_keep, extra, prob = gd_group(X, Wqg, Wkg, rope, opts, start, col_sq, hd)
