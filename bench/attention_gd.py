@@ -5,6 +5,9 @@
         (the default: the headroom table, 8 layers x 3 seeds x calibration sizes 8 sequences
         to 4·d tokens, and the sentence locating the failure; protocol and attribution rule in
         bench/attention_gd_headroom.py; ~5 min on 2 cores)
+    python bench/attention_gd.py --spectrum | --mu-lambda [--spectrum-layer 8]
+        (one group's Hessian spectrum by Lanczos; μ̂ against λ_rel on that group and on a
+        control with known μ(λ): bench/attention_gd_spectrum.py)
     python bench/attention_gd.py --readings [--sparsities 0.3 0.5 0.7] [--seeds 0 1 2]
         [--layers 15] [--ppl-sparsities 0.5] [--nsamples 4] [--seqlen 64] [--max-windows 16]
         [--steps 20] [--store DIR]
@@ -31,6 +34,8 @@ import time
 
 import torch
 from attention_gd_headroom import add_args, attn_error, baseline, headroom
+from attention_gd_spectrum import add_args as add_spectrum_args
+from attention_gd_spectrum import mu_lambda, spectrum
 from protocol import open_store, protocol_parser
 from torch import nn
 
@@ -110,12 +115,18 @@ def main() -> None:
     ap.add_argument("--ppl-sparsities", type=float, nargs="*", default=[0.5])
     ap.add_argument("--timing-checks", nargs="*", default=list(CHECKS), choices=list(CHECKS))
     add_args(ap)
+    add_spectrum_args(ap)
     args = ap.parse_args()
     t_start = time.perf_counter()
     torch.manual_seed(0)
     store = open_store(args, "attngd-")
     model = ModelSpec(args.model, "cpu", "float32")
     lm = get_model(model, fresh=False)
+    if args.spectrum or args.mu_lambda:  # bench/attention_gd_spectrum.py
+        for wanted, run in ((args.spectrum, spectrum), (args.mu_lambda, mu_lambda)):
+            if wanted:
+                run(args, lm)
+        return
     if not args.readings:  # the headroom table is the default (issue 32's done-when)
         headroom(args, lm)
         return

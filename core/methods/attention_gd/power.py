@@ -3,7 +3,8 @@
 A verdict of "inconclusive" says little unless one knows whether the rule *could* have said
 "supported" at the budget it ran. So the rule is run on controls whose answer is known and whose
 conditioning matches the real layers' problems (controls.matched_quadratic: PL with μ = 1e-2,
-1e-4 and L = 1; controls.pl_violating: no PL constant), from ``STARTS`` seeded starts each,
+1e-4 and L = 1, and the spectrum measured on a real group, controls.MEASURED_SPECTRUM;
+controls.pl_violating: no PL constant), from ``STARTS`` seeded starts each,
 exactly as production runs it: the judged trajectory comes from production's optimiser
 (``AttentionGDOptions().optimizer``, Adam by default, with the default options' learning rate,
 ``tol`` and step cap; ``judged_run``), and the checks use the same check points, Hessian probes
@@ -21,7 +22,14 @@ from typing import Any
 
 from torch import Tensor
 
-from core.methods.attention_gd.controls import MATCHED_MU, matched_quadratic, pl_violating, start
+from core.methods.attention_gd.controls import (
+    MATCHED_L,
+    MATCHED_MU,
+    MEASURED_SPECTRUM,
+    matched_quadratic,
+    pl_violating,
+    start,
+)
 from core.methods.attention_gd.diagnostics import (
     AutogradObjective,
     Descent,
@@ -118,23 +126,32 @@ def _rate(verdicts: list[str], wanted: str) -> dict[str, float]:
     return {"rate": hits / len(verdicts), "lo": lo, "hi": hi, "n": len(verdicts)}
 
 
+MATCHED = (*((mu, MATCHED_L) for mu in MATCHED_MU), MEASURED_SPECTRUM)  # (μ, L) per control
+
+
 @functools.lru_cache(maxsize=64)
 def detection_power(
-    steps: int, mu: float, starts: int = STARTS, optimizer: str = PRODUCTION_OPTIMIZER
+    steps: int,
+    mu: float,
+    starts: int = STARTS,
+    optimizer: str = PRODUCTION_OPTIMIZER,
+    lip: float = MATCHED_L,
 ) -> dict[str, Any]:
     """At a cap of ``steps`` ``optimizer`` steps: the fraction of matched quadratics with PL
-    constant ``mu`` that the rule calls "supported" (and, wrongly, "contradicted"), and the
+    constant ``mu`` and top curvature ``lip`` that the rule calls "supported" (and, wrongly,
+    "contradicted"), and the
     fraction of PL-violating controls it calls "contradicted" (and, wrongly, "supported"), each
     with its interval; "steps_taken": the mean steps the judged runs took (tol may stop them)."""
-    if steps < 1 or starts < 1 or not mu > 0:
-        raise ValueError(f"need steps >= 1, starts >= 1, mu > 0; got {steps}, {starts}, {mu}")
-    pl = [judge_control(matched_quadratic(mu, s), s, steps, optimizer) for s in range(starts)]
+    if steps < 1 or starts < 1 or not 0 < mu <= lip:
+        raise ValueError(f"need steps, starts >= 1, 0 < mu <= lip; got {steps}, {starts}, {mu}")
+    pl = [judge_control(matched_quadratic(mu, s, lip), s, steps, optimizer) for s in range(starts)]
     bad = [judge_control(pl_violating(s), s, steps, optimizer) for s in range(starts)]
     taken = [r["steps_taken"] for r in pl + bad]
     pl, bad = [r["verdict"] for r in pl], [r["verdict"] for r in bad]
     return {
         "steps": steps,
         "mu": mu,
+        "L": lip,
         "optimizer": optimizer,
         "steps_taken": sum(taken) / len(taken),
         "supported": _rate(pl, "supported"),
@@ -171,10 +188,16 @@ def power_note(verdict: str, steps: int, optimizer: str = PRODUCTION_OPTIMIZER) 
     for mu in MATCHED_MU:
         r = detection_power(steps, mu, optimizer=optimizer)["supported"]
         parts.append(f"PL with μ = {mu:g} in {r['rate']:.0%} [{r['lo']:.0%}, {r['hi']:.0%}]")
+    mu, lip = MEASURED_SPECTRUM
+    r = detection_power(steps, mu, optimizer=optimizer, lip=lip)["supported"]
+    parts.append(
+        f"the measured layer spectrum (μ = {mu:.2g}, L = {lip:.3g}) in {r['rate']:.0%} "
+        f"[{r['lo']:.0%}, {r['hi']:.0%}]"
+    )
     c = detection_power(steps, MATCHED_MU[0], optimizer=optimizer)["contradicted"]
     return (
         f"{verdict}: at {budget_words(steps, optimizer)} this rule detects "
-        f"{' and '.join(parts)} of controls "
+        f"{', '.join(parts[:-1])} and {parts[-1]} of controls "
         f"(n = {STARTS} each), and a PL violation (x⁴) in {c['rate']:.0%} "
         f"[{c['lo']:.0%}, {c['hi']:.0%}]"
     )
@@ -184,18 +207,19 @@ def power_table(
     budgets: tuple[int, ...] = (PRODUCTION_STEPS,),
     optimizers: tuple[str, ...] = (PRODUCTION_OPTIMIZER,),
 ) -> list[dict[str, Any]]:
-    """Rows (optimiser, steps, μ, power to support, false contradictions, power to contradict,
-    false supports) for the page and the report."""
+    """Rows (optimiser, steps, μ, L, power to support, false contradictions, power to
+    contradict, false supports) for the page and the report: one per control of ``MATCHED``."""
     rows = []
     for optimizer in optimizers:
         for steps in budgets:
-            for mu in MATCHED_MU:
-                p = detection_power(steps, mu, optimizer=optimizer)
+            for mu, lip in MATCHED:
+                p = detection_power(steps, mu, optimizer=optimizer, lip=lip)
                 rows.append(
                     {
                         "optimizer": optimizer,
                         "steps": steps,
                         "mu": mu,
+                        "L": lip,
                         "steps_taken": p["steps_taken"],
                         "supported": p["supported"]["rate"],
                         "supported_lo": p["supported"]["lo"],
