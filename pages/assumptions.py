@@ -138,10 +138,12 @@ def show_controls() -> None:
     st.plotly_chart(figures.gd_trajectories(control_paths(), series="control"), key="control_paths")
     st.subheader(f"The rule's power at the production budget ({budget_words(PRODUCTION_STEPS)})")
     power = power_rows((PRODUCTION_STEPS,), (PRODUCTION_OPTIMIZER, "gd"))
-    number_table(power.set_index(["optimizer", "steps", "mu"]), "power", "%.2f")
+    number_table(power.set_index(["optimizer", "steps", "mu", "L"]), "power", "%.2f")
     st.caption(
-        "Controls matched to the layers' conditioning: quadratics with PL constant μ and L = 1 "
-        "(spectrum log-spaced over log10(1/μ) decades) and a shifted x⁴ (no PL), 8 seeded starts "
+        "Controls matched to the layers' conditioning: quadratics with PL constant μ and top "
+        "curvature L (spectrum log-spaced over log10(L/μ) decades: L = 1, and the spectrum "
+        "measured by Lanczos on a real group, bench/attention_gd.py --spectrum) and a shifted "
+        "x⁴ (no PL), 8 seeded starts "
         f"each, judged on {OPTIMIZER_NAMES[PRODUCTION_OPTIMIZER]} trajectories as production "
         "runs them (the default options' learning rate, tolerance and cap; plain GD with "
         "backtracking beside it), with production's check settings. steps_taken: the mean "
