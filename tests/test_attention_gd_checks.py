@@ -234,6 +234,11 @@ def test_the_measured_spectrum_control_has_its_power_in_the_table():
         f"the measured layer spectrum (μ = {mu:.2g}, L = {lip:.3g}) in {row['supported']:.0%}"
         in note
     )
+    # The note states the rule's worst false alarm on PL-holding controls, recounted here.
+    worst = max(power_table(), key=lambda r: r["false_contradicted"])
+    assert f"wrongly contradicts PL in up to {worst['false_contradicted']:.0%}" in note
+    if worst["mu"] == mu:
+        assert worst["false_contradicted"] == ok.count("contradicted") / STARTS
 
 
 def test_mu_hat_tracks_mu_of_lambda_on_a_ridge_quadratic():

@@ -195,11 +195,19 @@ def power_note(verdict: str, steps: int, optimizer: str = PRODUCTION_OPTIMIZER) 
         f"[{r['lo']:.0%}, {r['hi']:.0%}]"
     )
     c = detection_power(steps, MATCHED_MU[0], optimizer=optimizer)["contradicted"]
+    # A "contradicted" is only as good as the rule's false alarms on PL-holding controls: the
+    # worst control's rate is stated with its interval (the measured spectrum's is not 0).
+    f, worst = max(
+        ((detection_power(steps, m, optimizer=optimizer, lip=lip)["false_contradicted"], m)
+         for m, lip in MATCHED),
+        key=lambda pair: pair[0]["rate"],
+    )  # fmt: skip
     return (
         f"{verdict}: at {budget_words(steps, optimizer)} this rule detects "
         f"{', '.join(parts[:-1])} and {parts[-1]} of controls "
         f"(n = {STARTS} each), and a PL violation (x⁴) in {c['rate']:.0%} "
-        f"[{c['lo']:.0%}, {c['hi']:.0%}]"
+        f"[{c['lo']:.0%}, {c['hi']:.0%}]; it wrongly contradicts PL in up to {f['rate']:.0%} "
+        f"[{f['lo']:.0%}, {f['hi']:.0%}] of PL-holding controls (μ = {worst:.2g})"
     )
 
 
