@@ -10,7 +10,7 @@ import threading
 import pytest
 import torch
 
-from core.evaluation.compare import trace
+from core.evaluation.compare import layer_divergence, lens_of, trace
 from core.evaluation.generate import Decoding, generate
 from core.evaluation.side_by_side import side, sides
 
@@ -86,3 +86,19 @@ def test_a_caller_that_fails_on_a_token_stops_both(pair) -> None:
     with pytest.raises(RuntimeError, match="rerun"):
         sides({"dense": dense, "pruned": pruned}, ids_of(dense), Decoding(64), refuse)
     assert threading.active_count() == before  # both workers finished (abandoned)
+
+
+def test_the_lens_read_in_each_thread_is_the_one_read_after(pair) -> None:
+    dense, pruned = pair
+    got = sides({"dense": dense, "pruned": pruned}, ids_of(dense), DEC, lens={"dense", "pruned"})
+    d, p = got["dense"], got["pruned"]
+    for s, lm in ((d, dense), (p, pruned)):
+        assert len(s.lens) == lm.adapter.n_layers
+        for a, b in zip(s.lens, lens_of(lm, s.trace), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    after = layer_divergence(dense, d.trace, pruned, p.trace)
+    within = layer_divergence(dense, d.trace, pruned, p.trace, None, d.lens, p.lens)
+    assert within.dense_top == after.dense_top and within.pruned_top == after.pruned_top
+    for x, y in ((within.kl, after.kl), (within.rel_error, after.rel_error)):
+        torch.testing.assert_close(torch.tensor(x), torch.tensor(y), rtol=1e-4, atol=1e-6)
+    assert max(after.kl) > 0

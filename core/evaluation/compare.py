@@ -155,12 +155,16 @@ def layer_divergence(
     pruned: LoadedModel,
     pt: Trace,
     basis: list[torch.Tensor | None] | None = None,
+    dense_lens: list[torch.Tensor] | None = None,
+    pruned_lens: list[torch.Tensor] | None = None,
 ) -> LayerDivergence:
     """KL(dense ‖ pruned) of the logit lens and the relative error of every layer's output
     (``basis``: ``rotation_back`` for a sliced model, None when both share the dense basis).
 
     Each model reads all its layers' last positions through its head in one product,
-    (n_layers·P, d) × (d, V), rather than one small product per layer."""
+    (n_layers·P, d) × (d, V), rather than one small product per layer. ``dense_lens`` /
+    ``pruned_lens``: that product already taken (``lens_of`` of the trace, e.g. in the thread
+    that decoded the model); a sliced model's is taken here, in the head's basis."""
     if len(dt.states) != len(pt.states):
         raise ConfigError("the two models have different numbers of layers")
     n, P = len(dt.states), min(LENS_POSITIONS, dt.states[0].shape[0])
@@ -179,9 +183,12 @@ def layer_divergence(
             back = hp @ M.T
             backs.append(back)
             lens_in.append(back[-P:] @ last)
-    logp = _lens(dense, [h[-P:] for h in dt.states])
+    logp = dense_lens if dense_lens is not None else lens_of(dense, dt)
     known = [i for i, x in enumerate(lens_in) if x is not None]
-    logq_known = _lens(pruned, [lens_in[i] for i in known]) if known else []
+    if same and pruned_lens is not None:
+        logq_known = pruned_lens
+    else:
+        logq_known = _lens(pruned, [lens_in[i] for i in known]) if known else []
     logq: list[torch.Tensor | None] = [None] * n
     for i, lq in zip(known, logq_known, strict=True):
         logq[i] = lq
@@ -197,6 +204,13 @@ def layer_divergence(
         rel.append(float((back - hd).norm() / hd.norm().clamp_min(1e-30)))
         ptop.append(_top(lq))
     return LayerDivergence(kl, rel, dtop, ptop)
+
+
+def lens_of(lm: LoadedModel, tr: Trace) -> list[torch.Tensor]:
+    """The log-softmax lens of every layer's last ``LENS_POSITIONS`` positions in the model's
+    own basis: one (P, V) tensor per layer (what ``layer_divergence`` compares)."""
+    P = min(LENS_POSITIONS, tr.states[0].shape[0])
+    return _lens(lm, [h[-P:] for h in tr.states])
 
 
 def _lens(lm: LoadedModel, hidden: list[torch.Tensor]) -> list[torch.Tensor]:

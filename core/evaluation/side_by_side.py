@@ -21,13 +21,20 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from core.evaluation.compare import Trace, check_text, model_device, recording, token_nll
+from core.evaluation.compare import (
+    Trace,
+    check_text,
+    lens_of,
+    model_device,
+    recording,
+    token_nll,
+)
 from core.evaluation.generate import Decoding, generate, prefill
 from core.models.load import LoadedModel
 
@@ -36,17 +43,22 @@ TokenFn = Callable[[str, int], None]  # (which model, token id)
 
 @dataclass(frozen=True)
 class Side:
-    """One model on one text: its continuation, its per-token NLL (L−1,) and its trace."""
+    """One model on one text: its continuation, its per-token NLL (L−1,) and its trace; with
+    ``lens`` asked for, also the logit lens of the trace (``compare.lens_of``: n_layers × 8 × V
+    floats, 47 MB for the embedded model, so a caller that keeps sides drops it)."""
 
     new_ids: list[int]
     text: str
     nll: np.ndarray
     trace: Trace
+    lens: list[torch.Tensor] | None = field(default=None, repr=False, compare=False)
 
 
 @torch.no_grad()
-def side(lm: LoadedModel, ids: list[int], dec: Decoding, on_token=None) -> Side:
-    """One model's side: the prompt run once (trace and NLL), then its continuation."""
+def side(lm: LoadedModel, ids: list[int], dec: Decoding, on_token=None, lens=False) -> Side:
+    """One model's side: the prompt run once (trace and NLL), then its continuation, then
+    (``lens``) the trace's logit lens, in the same thread: a model that stops early (end of
+    text) reads its lens while the other one still decodes."""
     ids_t = torch.tensor(ids)
     check_text(ids_t)
     with recording(lm) as states:
@@ -54,7 +66,7 @@ def side(lm: LoadedModel, ids: list[int], dec: Decoding, on_token=None) -> Side:
     tr = Trace([s.cpu() for s in states], start.logits[0].float().cpu(), ids_t)
     new = generate(lm, ids, dec, on_token, start=start)
     text = lm.tokenizer.decode(new, skip_special_tokens=True)
-    return Side(new, text, token_nll(tr.logits, tr.ids), tr)
+    return Side(new, text, token_nll(tr.logits, tr.ids), tr, lens_of(lm, tr) if lens else None)
 
 
 def _at_once(models: dict[str, LoadedModel]) -> int:
@@ -71,11 +83,16 @@ def sides(
     ids: list[int],
     dec: Decoding,
     on_token: TokenFn | None = None,
+    lens: Collection[str] = (),
 ) -> dict[str, Side]:
-    """Every model's side on the same prompt ids, by name (see the module docstring)."""
+    """Every model's side on the same prompt ids, by name (see the module docstring); the
+    sides named in ``lens`` also read their trace's logit lens (``Side.lens``)."""
     threads = _at_once(models)
     if not threads:
-        return {name: side(lm, ids, dec, _tagged(on_token, name)) for name, lm in models.items()}
+        return {
+            name: side(lm, ids, dec, _tagged(on_token, name), name in lens)
+            for name, lm in models.items()
+        }
     events: queue.Queue = queue.Queue()  # (name, token id | Side | exception)
     stop = threading.Event()  # set when the caller fails: the workers abandon their decoding
 
@@ -87,7 +104,7 @@ def sides(
 
         torch.set_num_threads(threads)
         try:
-            events.put((name, side(lm, ids, dec, hand_over)))
+            events.put((name, side(lm, ids, dec, hand_over, name in lens)))
         except BaseException as exc:  # handed to the caller's thread, raised there
             events.put((name, exc))
 

@@ -299,15 +299,24 @@ def _compare(store: RunStore, run: Run, text: str, dec: Decoding, on_token, prog
     models = {} if key in _RESULTS else {DENSE: dense_lm}
     if lm is not dense_lm:  # a dense evaluation run's model is the dense model itself
         models[run.id] = lm
-    done = sides(models, ids, dec, on_token)
+    if _stamp(run) not in _BASES:
+        _remember(_BASES, _stamp(run), rotation_back(dense_lm, lm), MODEL_CACHE)
+    basis = _BASES[_stamp(run)]
+    # each side reads its own logit lens in its thread (a sliced model's is read here, in its
+    # head's basis); the lenses are dropped before a side is cached (47 MB each at 135M)
+    own_lens = [DENSE] if basis is not None else [DENSE, run.id]
+    done = sides(models, ids, dec, on_token, lens=own_lens)
+    lens = {name: s.lens for name, s in done.items()}
+    done = {name: dataclasses.replace(s, lens=None) for name, s in done.items()}
     if DENSE in done:
         _remember(_RESULTS, key, done[DENSE], RESULT_CACHE)
     dense = _RESULTS[key]
     pruned = done.get(run.id, dense)
-    if _stamp(run) not in _BASES:
-        _remember(_BASES, _stamp(run), rotation_back(dense_lm, lm), MODEL_CACHE)
-    basis = _BASES[_stamp(run)]
-    layers = layer_divergence(dense_lm, dense.trace, lm, pruned.trace, basis)
+    dense_lens = lens.get(DENSE)
+    pruned_lens = lens.get(run.id, dense_lens if lm is dense_lm else None)
+    layers = layer_divergence(
+        dense_lm, dense.trace, lm, pruned.trace, basis, dense_lens, pruned_lens
+    )
     note = SLICED_NOTE if basis is not None else SAME_BASIS
     return RunComparison(run.id, how, token_labels(lm.tokenizer, ids), dense, pruned, layers, note)
 
