@@ -158,7 +158,7 @@ class GroupProblem:
             for Xc in torch.stack(xs).split(per_chunk):
                 Xt = Xc.reshape(-1, Xc.shape[-1]).T.contiguous()
                 chunk = _Chunk(Xc, Xt, Xc.new_empty(0), tables, bias)
-                chunk.Y = self._forward(chunk, self.Wq, self.Wk)[-1]
+                chunk.Y = self.intermediates(chunk, self.Wq, self.Wk)[-1]
                 self.chunks.append(chunk)
 
     @property
@@ -171,7 +171,7 @@ class GroupProblem:
         """Attention rows in the data term: Σ_seq L·r (each row's squared error is ≤ 2)."""
         return sum(ch.X.shape[0] * ch.X.shape[1] for ch in self.chunks) * self.Wq.shape[0]
 
-    def _forward(self, ch: _Chunk, Qt: Tensor, Kt: Tensor) -> tuple:
+    def intermediates(self, ch: _Chunk, Qt: Tensor, Kt: Tensor) -> tuple:
         """Intermediates for the gradient and S = f(M) (n, r, L, L) for Q̃ = Qt, K̃ = Kt."""
         n, length, d = ch.X.shape
         r, _, head_dim = Qt.shape
@@ -205,7 +205,7 @@ class GroupProblem:
         data = Qt.new_zeros(Qt.shape[0])
         tv = Qt.new_zeros(Qt.shape[0])
         for ch in self.chunks:
-            C = self._forward(ch, Qt, Kt)[-1].sub_(ch.Y)
+            C = self.intermediates(ch, Qt, Kt)[-1].sub_(ch.Y)
             data += 0.5 * torch.linalg.vector_norm(C, dim=(0, 2, 3)).square()
             tv = torch.maximum(tv, 0.5 * C.abs().sum(-1).amax((0, 2)))
         return data, tv
@@ -229,7 +229,7 @@ class GroupProblem:
         gK = torch.zeros_like(Kt)  # Σ_seq Xᵀ ∂ℓ/∂(XK̃)
         for ch in self.chunks:
             n, length, _ = ch.X.shape
-            q_raw, k_raw, rho_q, rho_k, q, k, S = self._forward(ch, Qt, Kt)
+            q_raw, k_raw, rho_q, rho_k, q, k, S = self.intermediates(ch, Qt, Kt)
             C = S - ch.Y  # (n, r, L, L); zero off the causal support
             data += 0.5 * torch.linalg.vector_norm(C, dim=(0, 2, 3)).square()
             # P rows p_j = s_j∘c_j − s_j⟨s_j, c_j⟩, written over S and C to save memory.

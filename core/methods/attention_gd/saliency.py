@@ -39,7 +39,7 @@ def attention_saliency(problem: GroupProblem) -> tuple[Tensor, Tensor]:
     Wq, Wk = problem.Wq, problem.Wk
     hq, hk = torch.zeros_like(Wq), torch.zeros_like(Wk)  # Σ_t X² · (row terms)
     for ch in problem.chunks:
-        _, _, _, _, q, k, S = problem._forward(ch, Wq, Wk)  # q: (n, r, L, d_h) with 1/√d_h
+        _, _, _, _, q, k, S = problem.intermediates(ch, Wq, Wk)  # q: (n, r, L, d_h) with 1/√d_h
         for x, qj, kj, sj in zip(ch.X, q, k, S, strict=True):
             hq += _q_terms(x, qj, kj, sj, ch.rope, problem.scale)
             hk += _k_terms(x, qj, sj, ch.rope)
