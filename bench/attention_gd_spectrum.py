@@ -97,7 +97,8 @@ def hvp_fn(problem: GroupProblem, lam: float):
         Mq, Mk = x[:n_q].view(problem.Wq.shape), x[n_q:].view(problem.Wk.shape)
         Qt, Kt = Mq * problem.Wq, Mk * problem.Wk
         data = sum(
-            0.5 * (problem._forward(ch, Qt, Kt)[-1] - ch.Y).square().sum() for ch in problem.chunks
+            0.5 * (problem.intermediates(ch, Qt, Kt)[-1] - ch.Y).square().sum()
+            for ch in problem.chunks
         )
         return data + 0.5 * lam * x.square().sum()
 
