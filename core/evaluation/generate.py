@@ -75,9 +75,9 @@ def prefill(lm: LoadedModel, ids: list[int]):
     return lm.model(input_ids=torch.tensor([ids], device=device), use_cache=True)
 
 
-# Inference mode, not no_grad: a step skips autograd's version counting and view tracking,
-# ~8 % of a 32-token comparison on 2 CPU cores (docs/benchmarks.md, Compare). Only token ids
-# leave this function, so no inference tensor escapes into code that runs outside the mode.
+# Inference mode, not no_grad: a step skips autograd's version counting and view tracking
+# (a small share of a step's Python; docs/benchmarks.md, Compare). Only token ids leave this
+# function, so no inference tensor escapes into code that runs outside the mode.
 @torch.inference_mode()
 def generate(
     lm: LoadedModel,
