@@ -217,12 +217,18 @@ def nav_link(page, name: str):
     return page.locator(f"[data-testid='stSidebarNav'] a[href$='/{PAGES[name]}']")
 
 
+PICK_MS = 20_000  # a pick's rerun starts at once; a long one is then waited for by wait_idle
+
+
 def choose(page, label: str, option: str, tries: int = 3) -> None:
     """Pick ``option`` in the Streamlit selectbox labelled ``label`` (an ARIA combobox).
 
     A rerun or an expander still opening can close the dropdown between the click that
     opens it and the click on the option, so the list is reopened a few times before
-    giving up.
+    giving up. The click on the option can also land on a list that is being replaced and
+    select nothing (no rerun follows): when no run finishes within ``PICK_MS``, the list is
+    reopened, and an option that shows as selected by then counts as picked (a run still
+    going is waited for first, by ``wait_idle``).
     """
     box = page.get_by_role("combobox", name=label, exact=True)
     item = page.get_by_role("option", name=option, exact=True)
@@ -241,8 +247,12 @@ def choose(page, label: str, option: str, tries: int = 3) -> None:
             return
         before = runs_finished(page)
         item.click()
-        wait_run(page, before)
-        return
+        try:
+            wait_run(page, before, PICK_MS)
+            return
+        except Exception:
+            if attempt == tries - 1:
+                raise
 
 
 def fit_viewport(page, width: int = 1500, max_height: int = 4000) -> None:
