@@ -38,10 +38,9 @@ from core.evaluation.attention_error import AttentionProbe
 from core.evaluation.attention_ops import rope_tables
 from core.methods.attention_gd import AttentionGDOptions, gd_prune_group, initial_mask
 from core.methods.attention_gd.controls import MEASURED_SPECTRUM, ridge_quadratic
-from core.methods.attention_gd.diagnostics import check_assumptions
+from core.methods.attention_gd.method import judge_group
 from core.methods.attention_gd.objective import GroupProblem, to_heads
-from core.methods.attention_gd.optimiser import GroupObjective, effective_lam
-from core.methods.attention_gd.options import CHECK_HESSIAN_AT
+from core.methods.attention_gd.optimiser import effective_lam
 from core.methods.attention_gd.power import (
     PRODUCTION_STEPS,
     STARTS,
@@ -223,16 +222,7 @@ def mu_lambda(args, lm) -> None:
     for lam_rel in LAM_RELS:
         opts = AttentionGDOptions(checks="full", lam=lam_rel)  # records the run judged below
         res = gd_prune_group(X, to_heads(Wqg, hd), Wkg.T, opts, rope, Mq0, Mk0)
-        out = check_assumptions(
-            GroupObjective(res.problem, res.lam),
-            res.run,
-            points=opts.check_points,
-            power_iters=opts.power_iters,
-            hessian_at=CHECK_HESSIAN_AT,
-            rel_floor=64 * torch.finfo(res.problem.Wq.dtype).eps,
-            seed=opts.seed,
-            eta0=res.trajectory[-1]["step_size"],
-        )
+        out = judge_group(res, opts)
         lam = effective_lam(lam_rel, res.problem)
         ratio = out["mu_hat"] / lam if lam > 0 else math.nan
         print(

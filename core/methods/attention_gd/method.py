@@ -294,18 +294,7 @@ class AttentionGD(Method):
             bound = lipschitz_upper_bound(
                 torch.cat(seqs), res.problem.Wq, res.problem.Wk, res.lam, box, x_norms
             )
-        dtype = res.problem.Wq.dtype
-        return check_assumptions(
-            GroupObjective(res.problem, res.lam),
-            res.run,
-            analytic_bound=bound,
-            points=self.options.check_points,
-            power_iters=self.options.power_iters,
-            hessian_at=CHECK_HESSIAN_AT,
-            rel_floor=64 * torch.finfo(dtype).eps,
-            seed=self.options.seed,
-            eta0=res.trajectory[-1]["step_size"],
-        )
+        return judge_group(res, self.options, bound)
 
     def run_summary(self, tables: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         """Run-level metrics: mask agreement and verdict counts (``audit.run_summary``)."""
@@ -349,4 +338,22 @@ def _write_masked(ctx, role, linear, keep, sparsity, seconds, extra) -> LinearRe
         rel_error=rel,
         seconds=seconds,
         extra=dict(extra),
+    )
+
+
+def judge_group(
+    res: GroupResult, options: AttentionGDOptions, analytic_bound: float = math.nan
+) -> dict[str, Any]:
+    """The assumption checks (diagnostics rule) of one group's run at its last λ, with the
+    check settings of ``options``: what a run records, and what the benches judge."""
+    return check_assumptions(
+        GroupObjective(res.problem, res.lam),
+        res.run,
+        analytic_bound=analytic_bound,
+        points=options.check_points,
+        power_iters=options.power_iters,
+        hessian_at=CHECK_HESSIAN_AT,
+        rel_floor=64 * torch.finfo(res.problem.Wq.dtype).eps,
+        seed=options.seed,
+        eta0=res.trajectory[-1]["step_size"],
     )
