@@ -42,6 +42,13 @@ MEASURES = (FULL, LEAN)
 # with "\n\n" (SliceGPT's reference). The default is left out of the canonical JSON.
 WINDOW, DOCUMENTS = "window", "documents"
 CALIB_SAMPLERS = (WINDOW, DOCUMENTS)
+# The precision of the layer-wise runner's calibration forwards (the passes that feed the
+# statistics and the next layer's inputs; ``core.pruning.layerwise``): "float32", the
+# reference implementations' arithmetic; "bfloat16", their matrix products in bfloat16 with
+# float32 accumulation (autocast). Statistics, factorisations and weight updates stay
+# float32/float64 either way. The default is left out of the canonical JSON.
+F32, BF16 = "float32", "bfloat16"
+CALIB_DTYPES = (F32, BF16)
 SCOPES = ("row", "matrix")  # where a mask's threshold is taken: per output row or per matrix
 
 # ---- linear roles --------------------------------------------------------------------------------

@@ -221,3 +221,32 @@ def test_config_and_field_modules_import_without_torch() -> None:
 
 def test_method_names_are_the_registry_s() -> None:
     assert tuple(available_methods()) == method_names()
+
+
+def test_calib_dtype_flag_reaches_the_config(store) -> None:
+    """--calib-dtype goes from the flag to the prune config and its id; the default
+    (float32) stays out of the canonical JSON, so stored runs keep their ids; SliceGPT,
+    whose rotations come from float32 forwards, refuses bfloat16 before anything loads."""
+    argv = ["prune", "--model", "tiny-llama", "--device", "cpu", "--calib", "pydoc"]
+    f32 = requests.plan_request("prune", field_values(build_parser().parse_args(argv)))
+    args = build_parser().parse_args([*argv, "--calib-dtype", "bfloat16"])
+    bf16 = requests.plan_request("prune", field_values(args))
+    assert (f32.prune.calib_dtype, bf16.prune.calib_dtype) == ("float32", "bfloat16")
+    assert "calib_dtype" not in f32.to_dict()["prune"]
+    assert bf16.run_id != f32.run_id
+    assert RunConfig.from_dict(bf16.to_dict()).run_id == bf16.run_id
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*argv, "--calib-dtype", "float16"])
+    with pytest.raises(ConfigError, match="slicegpt computes its rotations from float32"):
+        requests.plan_request(
+            "prune",
+            {
+                "model": "tiny-llama",
+                "device": "cpu",
+                "method": "slicegpt",
+                "sparsity": 0.2,
+                "calib_dtype": "bfloat16",
+            },
+            store,
+        )
+    assert store.list() == []

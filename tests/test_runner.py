@@ -177,3 +177,30 @@ def test_statistics_pass_stops_after_the_last_hooked_linear():
     x_down = inputs[0].reshape(-1, down.in_features)
     assert seen["stats"]["down"].n_tokens == ids.numel()
     assert torch.allclose(seen["stats"]["down"].gram, x_down.T @ x_down, rtol=1e-4, atol=1e-4)
+
+
+def test_bfloat16_calibration_forwards_change_the_statistics_not_the_shapes():
+    """calib_dtype="bfloat16" runs the statistics pass and the propagation under bfloat16
+    autocast: layer 1's statistics (its inputs come from layer 0's bfloat16 products) differ
+    from float32's, by bfloat16 rounding and not more, and keep their float64/float32 dtypes."""
+    model = build_tiny_model("tiny-llama").eval()
+    adapter = adapter_for(model)
+    ids = _ids(L=32)
+    seen = {}
+
+    def grab(dtype):
+        def fn(ctx):
+            if ctx.index == 1:
+                seen[dtype] = {r: ctx.stats[r] for r in ("q", "o", "down")}
+            return []
+
+        return fn
+
+    for dtype in ("float32", "bfloat16"):
+        run_layerwise(adapter, ids, grab(dtype), ROLES, needs_gram=False, calib_dtype=dtype)
+    f32, bf16 = seen["float32"], seen["bfloat16"]
+    for role in ("q", "o", "down"):
+        a, b = f32[role].col_sq_norms, bf16[role].col_sq_norms
+        assert b.dtype == torch.float64 and bf16[role].sample.dtype == torch.float32
+        rel = ((a - b).abs() / a.clamp_min(1e-12)).max().item()
+        assert 0 < rel < 0.1, (role, rel)  # layer 1 sees layer 0's bfloat16 outputs

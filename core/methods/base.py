@@ -51,6 +51,11 @@ class LinearStats:
         return self._sample_gram
 
     @property
+    def has_error_gram(self) -> bool:
+        """Whether ``error_gram`` is at hand without a product."""
+        return self.gram is not None or self._sample_gram is not None
+
+    @property
     def error_tokens(self) -> int:
         return self.n_tokens if self.gram is not None else int(self.sample.shape[0])
 

@@ -83,9 +83,17 @@ def sample_reconstruction_error(
 
 def reconstruction_error(W: torch.Tensor, W_new: torch.Tensor, stats: LinearStats) -> float:
     """The relative error of ``W_new`` on the calibration inputs: exact from the Gram in full
-    mode, on the token sample in light mode (``LinearStats``)."""
+    mode, on the token sample S (k, in) in light mode (``LinearStats``). On the sample, the
+    cheaper of two ways to the same ratio: the products with Sᵀ (4·out·in·k multiply-adds)
+    or the sample's Gram SᵀS (4·out·in², plus 2·k·in² the first time; shared by q/k/v and
+    gate/up), which wins while the input is narrower than the sample."""
     if stats.gram is not None:
         return relative_reconstruction_error(W, W_new, stats.gram)
+    out, inp = W.shape
+    k = stats.sample.shape[0]
+    via_gram = 4 * out * inp * inp + (0 if stats.has_error_gram else 2 * k * inp * inp)
+    if via_gram < 4 * out * inp * k:
+        return relative_reconstruction_error(W, W_new, stats.error_gram)
     return sample_reconstruction_error(W, W_new, stats.sample)
 
 

@@ -49,7 +49,14 @@ from core.machine.device import single_thread
 from core.methods import register
 from core.methods.base import LayerContext, LinearReport, LinearStats
 from core.methods.linear import LinearwiseMethod, PrunedWeight, WeightJob
-from core.pruning.masks import check_nm, check_sparsity, lowest_k_mask, nm_prune_mask, prune_count
+from core.pruning.masks import (
+    check_nm,
+    check_sparsity,
+    lowest_k_mask,
+    nm_prune_mask,
+    prune_count,
+    select_kth,
+)
 from core.settings.field import option
 
 log = logging.getLogger(__name__)
@@ -83,8 +90,9 @@ def check_sparsegpt_options(percdamp: float, blocksize: int, selection: str = "t
 def block_mask(scores: torch.Tensor, sparsity: float, rows: int, i1: int, i2: int, selection: str):
     """Unstructured prune mask (out, B) of block [i1, i2) from its saliencies (out, B)."""
     if selection == "threshold":
-        thresh = torch.sort(scores.flatten())[0][prune_count(scores.numel(), sparsity)]
-        return scores <= thresh
+        # sorted(scores)[k], selected rather than sorted: the same value, O(numel)
+        k = prune_count(scores.numel(), sparsity)
+        return scores <= select_kth(scores.flatten(), k + 1)
     k = prune_count(rows * i2, sparsity) - prune_count(rows * i1, sparsity)
     return lowest_k_mask(scores, k, dim=None)
 
@@ -255,7 +263,7 @@ def sparsegpt_prune(
     W[:, dead] = 0.0
     d64 = U.diagonal().clone()  # (in,) float64: the saliency's denominators
 
-    losses = torch.zeros(rows, dtype=torch.float32, device=W.device)
+    loss = torch.zeros((), dtype=torch.float64, device=W.device)
     for i1 in range(0, cols, blocksize):
         i2 = min(i1 + blocksize, cols)
         W1 = W[:, i1:i2]  # (out, B) view: updated in place
@@ -266,17 +274,22 @@ def sparsegpt_prune(
         if nm is None:
             # OBS saliency on the already-updated block (MASK_SELECTIONS), in float64
             mask1 |= block_mask(W1.double().square() / dd, sparsity, rows, i1, i2, selection)
+            keep1 = ~mask1
+        else:
+            keep1 = torch.empty_like(mask1)
         for j in range(i2 - i1):
             if nm is not None and j % nm[1] == 0:
                 g = slice(j, j + nm[1])
                 mask1[:, g] = nm_prune_mask(W1[:, g].double().square() / dd[g], *nm)
-            w = W1[:, j]  # (out,)
-            q = w.masked_fill(mask1[:, j], 0.0)
-            err = (w - q) / d[j]
-            losses += err.square()
+                keep1[:, g] = ~mask1[:, g]
+            # (w − q)/U_jj with q = w on kept rows: w/U_jj where pruned, +0 where kept
+            err = W1[:, j].masked_fill(keep1[:, j], 0.0).div_(d[j])  # (out,)
             W1[:, j + 1 :] -= torch.outer(err, U1[j, j + 1 :])
-            W1[:, j] = q  # set, not updated: pruned weights must be exactly 0
             err1[:, j] = err
+        # q: column j is final once visited (later columns update only j+1:), so the pruned
+        # weights are set to exactly 0 for the whole block at once
+        W1.masked_fill_(mask1, 0.0)
+        loss += err1.double().square().sum()
         lazy_update(W[:, i2:], err1, U[i1:i2, i2:])
 
     W[:, dead] = 0.0
@@ -286,7 +299,7 @@ def sparsegpt_prune(
         "damp_increases": factor.increases,
         "dead_columns": int(dead.sum().item()),
         "blocksize": blocksize,
-        "obs_loss": losses.sum().item() / 2,
+        "obs_loss": loss.item() / 2,
     }
     return W, mask, info
 

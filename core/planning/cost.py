@@ -19,7 +19,7 @@ from core.methods.base import Method
 from core.methods.work import LayerWork, WorkShape
 from core.models.geometry import Geometry
 from core.models.load import TINY_MODELS, model_config
-from core.names import PRUNE, ROLES, family_roles
+from core.names import BF16, PRUNE, ROLES, family_roles
 from core.settings.config import CalibConfig, ModelSpec, RunConfig, zeroshot_from
 
 # Corpus sizes in tokens of a ~50k-vocabulary BPE tokenizer (the byte tokenizer of the
@@ -54,6 +54,10 @@ SELECT_FLOPS_PER_WEIGHT = 4.7e3
 COLUMN_FLOPS = 3.0e7
 LATENCY_FORWARDS = 6  # core.runs.measure.forward_latency_ms: a warm-up and 5 timed forwards
 PROBE_WINDOWS = 2  # core.runs.prune: calibration and held-out windows of the attention probes
+# Calibration forwards in bfloat16 (PruneConfig.calib_dtype) count as this many times fewer
+# float32 FLOPs: on an AVX512_BF16 CPU their products ran 2.1x faster and the forwards as a
+# whole (attention kernel and norms unchanged) 1.6x (profiles in docs/benchmarks.md).
+BF16_FORWARD_SPEEDUP = 1.6
 
 
 @dataclass(frozen=True)
@@ -244,5 +248,8 @@ def prune_phase_flops(cfg: RunConfig, shape: Shape, method: Method | None = None
     method's work (products and loops): what a run's prune_seconds measures."""
     method = method_of(cfg, method)
     passes = max(3.0 if cfg.prune.allocation == "owl" else 2.0, method.calib_passes)
-    work = calib_flops(cfg.calib, shape, passes) + method_flops(cfg, shape, method)
+    forwards = calib_flops(cfg.calib, shape, passes)
+    if cfg.prune.calib_dtype == BF16:
+        forwards /= BF16_FORWARD_SPEEDUP
+    work = forwards + method_flops(cfg, shape, method)
     return work + loop_flops(cfg, shape, method)

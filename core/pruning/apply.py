@@ -97,6 +97,7 @@ def apply_prune(
     allocation rows)."""
     roles = roles or resolve_roles(prune.targets)
     method = method or make_method(prune.method, prune.options)
+    runner_kw = {**runner_kw, "calib_dtype": prune.calib_dtype}
     layer_sparsity, alloc_rows = allocate_sparsity(
         lm, prune, roles, calib_ids, device, progress, **runner_kw
     )

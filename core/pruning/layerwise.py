@@ -10,10 +10,16 @@
    (home again, or written out and dropped when streamed). Only one layer's weights sit on
    the device at a time; calibration activations can live on the CPU.
 
-Two savings over the reference implementations' loop: the statistics pass stops once the
+Three savings over the reference implementations' loop: the statistics pass stops once the
 last hooked linear has read its input (for all seven roles, ~a quarter of the layer's
-linear FLOPs are skipped), and the pruned outputs overwrite the inputs batch by batch, so
-one (N, L, d) activation buffer serves the whole walk.
+linear FLOPs are skipped); the pruned outputs overwrite the inputs batch by batch, so one
+(N, L, d) activation buffer serves the whole walk; and the last layer's pruned outputs,
+which would feed nothing, are not computed.
+
+The layer calls' matrix products run in float32 (the reference's arithmetic) or, with
+``calib_dtype="bfloat16"``, in bfloat16 with float32 accumulation under autocast: the
+products take about half the time where the hardware has bfloat16 units. The statistics are still taken and summed in
+float32/float64 from what the hooks receive; only the forwards' products are rounded.
 
 Layer calls go through ``core.models.layer_inputs.forward_layer`` with the keyword arguments the
 model itself passed to a layer of the same kind, so they survive transformers drift.
@@ -43,15 +49,22 @@ from core.models.layer_inputs import (
     propagate,
 )
 from core.models.offload import Offload
+from core.names import BF16, F32
 from core.progress import ProgressFn, report
+from core.pruning.gram import GRAM_DTYPE, GramSum
 
 log = logging.getLogger(__name__)
 
 
-# Gram products over GRAM_CHUNK calibration sequences at a time are summed in float64 (see
-# _StatsCollector), handed over in float32.
-GRAM_DTYPE = torch.float64
-GRAM_CHUNK = 4
+def forward_precision(
+    device: torch.device, calib_dtype: str = F32
+) -> contextlib.AbstractContextManager:
+    """The context the runner's layer calls run in: none for float32; autocast to bfloat16
+    (products in bfloat16, accumulated in float32; norms and softmax kept float32 by
+    autocast's own lists) for bfloat16."""
+    if calib_dtype == BF16:
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 class _StatsCollector:
@@ -59,15 +72,9 @@ class _StatsCollector:
 
     Statistics need only a linear's input, so they are taken before the linear runs. Roles
     reading the same tensor (q/k/v, gate/up) share one LinearStats: SHARED_INPUT maps them.
-    Full mode: gram (in, in) on the compute device: one float32 product XᵀX per GRAM_CHUNK
-    consecutive calibration sequences (sequences 0-3, 4-7, ... whatever the runner's batch;
-    the last chunk may be shorter), summed in calibration order in float64 and cast to
-    float32 by ``finish``. The shape of every product and the order of the sum are then
-    fixed by the calibration set alone, not by the runner's batch of sequences, so the
-    runner batch does not move SparseGPT's masks; a product over a few sequences rather
-    than one is a larger GEMM, several times fewer kernel calls and thread barriers.
-    Float64 products would also absorb BLAS differences but cost about twice the Gram time
-    on CPU (docs/benchmarks.md).
+    Full mode: gram (in, in) on the compute device, summed by a ``GramSum``
+    (``core.pruning.gram``: fixed chunks of calibration sequences, float64 sum, float32
+    hand-over), so the runner's batch does not move SparseGPT's masks.
     Light mode: column squared norms (in,), summed in float64 (Wanda's scores are compared
     in float64, see ``core.methods.wanda``), plus the token rows at every ``stride``-th
     position (about SAMPLE_ROWS of them), written into a buffer allocated once.
@@ -90,7 +97,7 @@ class _StatsCollector:
         self.handles = []
         self.stride = max(1, n_tokens // SAMPLE_ROWS)
         n_sample = -(-n_tokens // self.stride)  # rows at positions 0, stride, 2·stride, ...
-        self.pending: dict[int, list[torch.Tensor]] = {}  # stat -> sequences not yet in gram
+        self.grams: dict[int, GramSum] = {}  # id(stat) -> its running Gram sum
         self.fired: list[nn.Module] = []  # hooked linears in the order they ran (first batch)
         self.learned = False
         self.stop_at: nn.Module | None = None
@@ -102,14 +109,15 @@ class _StatsCollector:
             if owners[role] != role:
                 continue  # the owner's hook accumulates for it
             dev, n_in = lin.weight.device, lin.in_features
-            stat = (
-                LinearStats(gram=torch.zeros(n_in, n_in, device=dev, dtype=GRAM_DTYPE))
-                if want_gram
-                else LinearStats(
+            if want_gram:
+                gram = GramSum(n_in, dev)
+                stat = LinearStats(gram=gram.acc)
+                self.grams[id(stat)] = gram
+            else:
+                stat = LinearStats(
                     sq_norms=torch.zeros(n_in, device=dev, dtype=GRAM_DTYPE),
                     sample=torch.zeros(n_sample, n_in, device=dev),
                 )
-            )
             hook_roles = [r for r, o in owners.items() if o == role]
             for r in hook_roles:
                 self.stats[r] = stat
@@ -124,19 +132,11 @@ class _StatsCollector:
             x = args[0]  # (B, L, in)
             flat = x.reshape(-1, x.shape[-1]).float()
             if stat.gram is not None:
-                pending, fresh = self.pending.setdefault(id(stat), []), 0
-                for seq in flat.reshape(-1, x.shape[-2], x.shape[-1]):  # (L, in)
-                    pending.append(seq)
-                    fresh += 1
-                    if len(pending) == GRAM_CHUNK:
-                        self._add_gram(stat)
-                        pending, fresh = self.pending.setdefault(id(stat), []), 0
-                if fresh:  # copied, so the waiting sequences do not hold the whole batch
-                    pending[-fresh:] = [seq.clone() for seq in pending[-fresh:]]
+                self.grams[id(stat)].add(flat.reshape(-1, x.shape[-2], x.shape[-1]))
             else:
                 # float32 squares are exact in float64; the CPU's vector width then moves
                 # the sum by ~1e-16 relative, not float32's ~1e-7
-                stat.sq_norms += flat.to(GRAM_DTYPE).square().sum(0)
+                stat.sq_norms += flat.to(GRAM_DTYPE).square_().sum(0)
                 # rows at global token positions that are multiples of the stride
                 offset = (-stat.n_tokens) % self.stride
                 rows = flat[offset :: self.stride]
@@ -165,20 +165,11 @@ class _StatsCollector:
         for h in self.handles:
             h.remove()
 
-    def _add_gram(self, stat: LinearStats) -> None:
-        """Add the pending sequences' float32 product XᵀX (in, in) to the float64 sum."""
-        pending = self.pending.pop(id(stat), [])
-        if pending:
-            X = pending[0] if len(pending) == 1 else torch.cat(pending)  # (chunk·L, in)
-            stat.gram += X.T @ X
-
     def finish(self) -> None:
-        """Add the last, shorter chunk and cast the float64 Gram sums to the float32 the
-        methods read (shared stats once)."""
+        """Hand each Gram sum over to its stats in float32 (shared stats once)."""
         for stat in {id(s): s for s in self.stats.values()}.values():
             if stat.gram is not None:
-                self._add_gram(stat)
-                stat.gram = stat.gram.float()
+                stat.gram = self.grams.pop(id(stat)).result()
 
 
 @torch.no_grad()
@@ -231,13 +222,15 @@ def run_layerwise(
     stage: str = "prune",
     offload: Offload | None = None,
     changes: bool = True,
+    calib_dtype: str = F32,
 ) -> RunnerResult:
     """Walk the decoder layers sequentially, calling ``layer_fn`` on each.
 
     sparsity[i] maps role -> target sparsity of layer i (None: 0 for every role). Layers
     visit ``device`` one at a time through ``offload`` (default: in memory, each layer
     moved to ``device`` and back home); ``changes``: whether ``layer_fn`` edits weights
-    (a streamed walk then writes each layer out, and closes its output at the end).
+    (a streamed walk then writes each layer out, and closes its output at the end);
+    ``calib_dtype``: the layer calls' precision (``forward_precision``).
     """
     device = torch.device(device)
     offload = offload or Offload(adapter.model, device)
@@ -255,7 +248,8 @@ def run_layerwise(
             linears, hooks, needs_gram, needs_inputs, store, inputs.n_tokens
         )
         try:
-            collect_statistics(layer, inputs, device, collector, i)
+            with forward_precision(device, calib_dtype):
+                collect_statistics(layer, inputs, device, collector, i)
         finally:
             collector.remove()
         collector.finish()
@@ -277,7 +271,9 @@ def run_layerwise(
             result.tables.setdefault(name, []).extend(rows)
         result.arrays.update({k: v.detach().cpu() for k, v in ctx.arrays.items()})
         del collector, ctx
-        propagate(layer, inputs, device, i)  # pruned outputs feed layer i+1
+        if i + 1 < n:  # pruned outputs feed layer i+1; the last layer's feed nothing
+            with forward_precision(device, calib_dtype):
+                propagate(layer, inputs, device, i)
         offload.release(layer, changed=changes)
         trim_heap()  # hand back this layer's freed working set, so RSS does not creep
         result.layer_seconds.append(time.perf_counter() - t0)

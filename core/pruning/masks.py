@@ -1,8 +1,8 @@
 """Mask selection shared by every pruning method: pure tensor functions, no modules.
 
 A *prune mask* is a bool tensor shaped like the weight, True where the weight is zeroed.
-Every selector prunes an exact count and breaks ties deterministically: scores are sorted
-with a stable sort, so among equal scores the lower index is pruned first. This matters for
+Every selector prunes an exact count and breaks ties deterministically, as a stable sort
+would: among equal scores the lower index is pruned first. This matters for
 weights dequantised from 4-bit formats, whose magnitudes take only a few distinct values; a
 threshold rule (``score <= thr``, as in the reference code) would prune every tied entry.
 """
@@ -44,11 +44,25 @@ def lowest_k_mask(scores: torch.Tensor, k: int, dim: int | None = -1) -> torch.T
     size = scores.shape[dim]
     if not 0 <= k <= size:
         raise ValueError(f"cannot prune {k} of {size} entries")
-    mask = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
     if k == 0:
-        return mask
-    order = torch.sort(scores, dim=dim, stable=True).indices
-    return mask.scatter_(dim, order.narrow(dim, 0, k), True)
+        return torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
+    # The first k of a stable sort, without sorting: everything below the k-th smallest
+    # value, then the entries equal to it in index order until k are taken. A selection is
+    # O(size) where a sort is O(size·log size); the comparisons are exact, so the mask is
+    # the stable sort's, bit for bit.
+    kth = select_kth(scores, k, dim)
+    below = scores < kth
+    tied = scores == kth
+    room = k - below.sum(dim=dim, keepdim=True)  # >= 1: kth itself is not below
+    if bool((tied.sum(dim=dim, keepdim=True) <= room).all()):
+        return below | tied  # every tie fits (the usual case)
+    return below | (tied & (tied.cumsum(dim=dim) <= room))
+
+
+def select_kth(scores: torch.Tensor, k: int, dim: int = -1) -> torch.Tensor:
+    """The k-th smallest value (k >= 1) along ``dim``, kept as a size-1 dim: the largest of
+    the k smallest (a partial selection, several times faster than a sort)."""
+    return scores.topk(k, dim=dim, largest=False, sorted=False).values.amax(dim, keepdim=True)
 
 
 def topk_prune_mask(scores: torch.Tensor, sparsity: float, dim: int | None = -1) -> torch.Tensor:

@@ -24,6 +24,7 @@ from core.models.geometry import Geometry, model_geometry
 from core.models.load import TINY_MODELS
 from core.names import (
     EVAL,
+    F32,
     FULL,
     LORA,
     MASKED,
@@ -182,6 +183,11 @@ def resolve_prune(prune: PruneConfig) -> tuple[PruneConfig, Method]:
     if cls.run_kind == SLICE and prune.allocation != "uniform":
         raise ConfigError(
             f"{cls.name} slices every layer to the same width: use allocation 'uniform'"
+        )
+    if cls.run_kind == SLICE and prune.calib_dtype != F32:
+        raise ConfigError(
+            f"{cls.name} computes its rotations from float32 calibration forwards: use "
+            f"calibration precision {F32}"
         )
     method = make_method(prune.method, prune.options)
     options = options_tuple(method.options)

@@ -16,7 +16,16 @@ from typing import Any
 from core.errors import ConfigError
 from core.evaluation.tasks import TASK_NAMES
 from core.models.catalog import available_models
-from core.names import DATASETS, FULL, MEASURES, PATTERNS, TARGETS, method_names
+from core.names import (
+    CALIB_DTYPES,
+    DATASETS,
+    F32,
+    FULL,
+    MEASURES,
+    PATTERNS,
+    TARGETS,
+    method_names,
+)
 from core.settings.calib_fields import CALIB, SLICEGPT_CALIB
 from core.settings.field import CHOICE, FLAG, FLOAT, INT, LIST, MULTI, TEXT, Field
 from core.settings.recovery import RECOVER_CALIB, RECOVER_FIELDS
@@ -198,6 +207,18 @@ PRUNE = _group(
         5.0,
         FLOAT,
         range=(1.0, 100.0),
+        advanced=True,
+    ),
+    Field(
+        "calib_dtype",
+        "Calibration forward precision",
+        "float32: the layer forwards that feed the statistics in float32, as the reference "
+        "implementations (default); bfloat16: their matrix products in bfloat16 with float32 "
+        "accumulation, about twice as fast where the CPU or GPU has bfloat16 units "
+        "(layer-wise methods; statistics and updates stay float32/float64)",
+        F32,
+        CHOICE,
+        CALIB_DTYPES,
         advanced=True,
     ),
     _OPTION,

@@ -15,8 +15,10 @@ from typing import Any
 from core.errors import ConfigError
 from core.evaluation.tasks import parse_tasks
 from core.names import (
+    CALIB_DTYPES,
     CALIB_SAMPLERS,
     DATASETS,
+    F32,
     FULL,
     LEAN,
     LORA,
@@ -126,9 +128,15 @@ class PruneConfig:
     owl_lambda: float = 0.08
     owl_m: float = 5.0
     options: Any = ()
+    calib_dtype: str = F32  # CALIB_DTYPES: the precision of the calibration forwards
 
     def __post_init__(self) -> None:
         check_sparsity(self.sparsity)  # the one rule of a sparsity's range
+        _check(
+            self.calib_dtype in CALIB_DTYPES,
+            f"calibration precision must be one of {', '.join(CALIB_DTYPES)}, "
+            f"got {self.calib_dtype!r}",
+        )
         _check(self.allocation in ("uniform", "owl"), f"unknown allocation {self.allocation!r}")
         _check(self.owl_lambda >= 0 and self.owl_m > 0, "OWL needs lambda >= 0 and M > 0")
         if self.pattern != "unstructured":
@@ -191,6 +199,8 @@ class RunConfig:
             del out["measure"]
         if out.get("calib") and out["calib"]["sampler"] == WINDOW:
             del out["calib"]["sampler"]
+        if out.get("prune") and out["prune"]["calib_dtype"] == F32:
+            del out["prune"]["calib_dtype"]
         return out
 
     def canonical_json(self) -> str:

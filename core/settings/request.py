@@ -155,6 +155,7 @@ def prune_config(v: Mapping[str, Any]) -> PruneConfig:
         v["owl_lambda"],
         v["owl_m"],
         typed_options(v["method"], v["option"]),  # planning builds the method with it
+        v["calib_dtype"],
     )
 
 
