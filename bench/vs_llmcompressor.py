@@ -14,8 +14,8 @@ evaluator on the first 64 x 512 WikiText-2 test windows. Printed per configurati
 perplexity with its 95% window-bootstrap interval, pruning seconds (llm-compressor: the
 whole ``oneshot`` call; PruneScope: ``apply_prune``), peak RSS of the whole process up to
 the end of pruning, and the ratios PruneScope / llm-compressor. A warning is printed when
-the 1-minute load average exceeds half a core before a measurement: shared machines give
-no speed figures worth quoting.
+more than a quarter of a core was busy over the 5 s before a measurement: shared machines
+give no speed figures worth quoting.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from core.data import calibration_windows, eval_windows, load_corpus
 from core.evaluation.perplexity import evaluate_perplexity
 from core.models.gguf import gguf_folder
 from core.models.load import load_model
+from core.names import CALIB_DTYPES, F32
 from core.settings.config import DataSpec, PruneConfig
 
 HERE = Path(__file__).resolve().parent
@@ -49,7 +50,8 @@ CONFIGS = {  # name -> (method, PruneScope pattern, llm-compressor mask_structur
     "wanda-2:4": ("wanda", "2:4", "2:4"),
     "sparsegpt-2:4": ("sparsegpt", "2:4", "2:4"),
 }
-QUIET_LOAD = 0.5  # 1-minute load average above which timings are flagged
+QUIET_BUSY = 0.25  # cores busy (sampled over QUIET_WINDOW_S) above which timings are flagged
+QUIET_WINDOW_S = 5.0
 
 
 def ensure_llmc(venv: Path) -> Path:
@@ -63,12 +65,32 @@ def ensure_llmc(venv: Path) -> Path:
     return py
 
 
+def busy_cores(seconds: float = QUIET_WINDOW_S) -> float:
+    """Cores' worth of CPU time spent by anything over the next ``seconds`` (/proc/stat).
+
+    Not the load average: that decays over a minute, so the worker that just ended would
+    make every measurement after the first look loaded."""
+
+    def ticks() -> tuple[int, int]:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields) - idle, sum(fields)
+
+    busy0, total0 = ticks()
+    time.sleep(seconds)
+    busy1, total1 = ticks()
+    return (os.cpu_count() or 1) * (busy1 - busy0) / max(total1 - total0, 1)
+
+
 def quiet_check(what: str) -> bool:
-    load = os.getloadavg()[0]
-    if load > QUIET_LOAD:
+    """Whether the machine is idle before a measurement (warns when it is not)."""
+    if not Path("/proc/stat").is_file():
+        return True  # cannot tell (not Linux)
+    busy = busy_cores()
+    if busy > QUIET_BUSY:
         print(
-            f"WARNING: load average {load:.2f} before {what}: the machine is not quiet, "
-            "timings are not comparable",
+            f"WARNING: {busy:.2f} cores busy over {QUIET_WINDOW_S:.0f} s before {what}: "
+            "the machine is not quiet, timings are not comparable",
             file=sys.stderr,
         )
         return False
@@ -80,15 +102,36 @@ def ps_worker(args: argparse.Namespace) -> None:
     lm = load_model(args.model)
     calib = torch.load(args.calib)
     method, pattern, _ = CONFIGS[args.config]
-    prune = PruneConfig(method=method, sparsity=0.5, pattern=pattern)
+    prune = PruneConfig(method=method, sparsity=0.5, pattern=pattern, calib_dtype=args.calib_dtype)
     from core.pruning.apply import apply_prune
 
     t0 = time.perf_counter()
     apply_prune(lm, prune, calib, torch.device(args.device))
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if args.masks:
+        torch.save(pruned_masks(lm), args.masks)
     out = {"seconds": seconds, "peak_rss_mib": peak, **score(lm.model, args)}
     Path(args.json).write_text(json.dumps(out))
+
+
+def pruned_masks(lm) -> dict[str, torch.Tensor]:
+    """Every decoder linear's zero pattern (out·in,) as packed bits, by parameter name."""
+    return {
+        name: torch.from_numpy(np.packbits((p == 0).flatten().numpy()))
+        for name, p in lm.model.named_parameters()
+        if p.ndim == 2 and ".layers." in name
+    }
+
+
+def mask_agreement(ref: Path, other: Path) -> str:
+    """The share of mask entries two PruneScope runs agree on, as text ('-' without both)."""
+    if not (ref.is_file() and other.is_file()):
+        return "-"
+    a, b = torch.load(ref), torch.load(other)
+    differ = sum(int(np.unpackbits(np.bitwise_xor(a[k].numpy(), b[k].numpy())).sum()) for k in a)
+    total = sum(a[k].numel() * 8 for k in a)
+    return f"{1 - differ / total:.4%} ({differ} differ)"
 
 
 def eval_worker(args: argparse.Namespace) -> None:
@@ -119,12 +162,21 @@ def main() -> None:
     ap.add_argument("--max-windows", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--only", nargs="*", choices=list(CONFIGS), default=list(CONFIGS))
+    ap.add_argument(
+        "--calib-dtypes",
+        nargs="*",
+        choices=CALIB_DTYPES,
+        default=list(CALIB_DTYPES),
+        help="PruneScope's calibration forward precisions, one row each (default: both)",
+    )
     ap.add_argument("--venv", default=str(Path(tempfile.gettempdir()) / "llmc-venv"))
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--work", default=None, help="folder for tensors and models (temp)")
     ap.add_argument("--worker", choices=("ps", "eval"), help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--calib", help=argparse.SUPPRESS)
+    ap.add_argument("--calib-dtype", default=F32, help=argparse.SUPPRESS)
+    ap.add_argument("--masks", help=argparse.SUPPRESS)
     ap.add_argument("--windows", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
@@ -159,9 +211,7 @@ def main() -> None:
     for rnd in range(args.rounds):
         for name in args.only:
             method, _, structure = CONFIGS[name]
-            out_dir, lj, pj, ej = (
-                work / f"{name}-{rnd}{s}" for s in ("", "-l.json", "-p.json", "-e.json")
-            )
+            out_dir, lj, ej = (work / f"{name}-{rnd}{s}" for s in ("", "-l.json", "-e.json"))
             quiet &= quiet_check(f"llm-compressor {name}")
             run(
                 [
@@ -181,22 +231,6 @@ def main() -> None:
                     str(lj),
                 ]
             )
-            quiet &= quiet_check(f"PruneScope {name}")
-            run(
-                [
-                    sys.executable,
-                    __file__,
-                    "--worker",
-                    "ps",
-                    "--config",
-                    name,
-                    *common,
-                    "--calib",
-                    str(work / "calib.pt"),
-                    "--json",
-                    str(pj),
-                ]
-            )
             run(
                 [
                     sys.executable,
@@ -211,8 +245,29 @@ def main() -> None:
                 ]
             )
             llmc = {**json.loads(lj.read_text()), **json.loads(ej.read_text())}
-            ps = json.loads(pj.read_text())
-            rows.append((rnd, name, ps, llmc))
+            for dtype in args.calib_dtypes:
+                quiet &= quiet_check(f"PruneScope {name} ({dtype})")
+                pj = work / f"{name}-{rnd}-p-{dtype}.json"
+                run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--worker",
+                        "ps",
+                        "--config",
+                        name,
+                        "--calib-dtype",
+                        dtype,
+                        *common,
+                        "--calib",
+                        str(work / "calib.pt"),
+                        "--json",
+                        str(pj),
+                        "--masks",
+                        str(work / f"{name}-{rnd}-m-{dtype}.pt"),
+                    ]
+                )
+                rows.append((rnd, name, dtype, json.loads(pj.read_text()), llmc))
     quiet_word = "yes" if quiet else "NO"
     print(
         f"\n{args.model}, calibration {args.nsamples} x {args.seqlen} C4 (one tensor, both "
@@ -220,19 +275,24 @@ def main() -> None:
         f"{torch.get_num_threads()} threads, quiet machine: {quiet_word}"
     )
     print(
-        "| round | config | PPL PruneScope [95%] | PPL llm-compressor [95%] | s PS | s llmc "
-        "| s ratio | peak RSS PS MiB | llmc MiB | RSS ratio | intervals overlap |"
+        "| round | config | PS forwards | PPL PruneScope [95%] | PPL llm-compressor [95%] "
+        "| s PS | s llmc | s ratio | peak RSS PS MiB | llmc MiB | RSS ratio "
+        "| intervals overlap | masks as PS float32 |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for rnd, name, ps, lc in rows:
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for rnd, name, dtype, ps, lc in rows:
         overlap = ps["ppl_lo"] <= lc["ppl_hi"] and lc["ppl_lo"] <= ps["ppl_hi"]
         t_ratio, m_ratio = ps["seconds"] / lc["seconds"], ps["peak_rss_mib"] / lc["peak_rss_mib"]
+        same = mask_agreement(
+            work / f"{name}-{rnd}-m-{F32}.pt", work / f"{name}-{rnd}-m-{dtype}.pt"
+        )
         print(
-            f"| {rnd + 1} | {name} | {ps['ppl']:.3f} [{ps['ppl_lo']:.2f}, {ps['ppl_hi']:.2f}] "
+            f"| {rnd + 1} | {name} | {dtype} "
+            f"| {ps['ppl']:.3f} [{ps['ppl_lo']:.2f}, {ps['ppl_hi']:.2f}] "
             f"| {lc['ppl']:.3f} [{lc['ppl_lo']:.2f}, {lc['ppl_hi']:.2f}] "
             f"| {ps['seconds']:.1f} | {lc['seconds']:.1f} | {t_ratio:.2f} "
             f"| {ps['peak_rss_mib']:.0f} | {lc['peak_rss_mib']:.0f} "
-            f"| {m_ratio:.2f} | {'yes' if overlap else 'no'} |"
+            f"| {m_ratio:.2f} | {'yes' if overlap else 'no'} | {same} |"
         )
 
 
