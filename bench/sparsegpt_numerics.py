@@ -9,8 +9,9 @@ windows of 512): run 0 prunes as the product does; run r >= 1 first moves a rand
 the layer-0 calibration inputs by one float32 ulp (``torch.nextafter``, seed r), the size of
 the difference two CPUs' kernels make. Whatever the perplexities then spread over is the
 method's numerical spread at this protocol: a figure quoted to more digits than it is noise.
-Printed: each run's perplexity, their mean, standard deviation and range, and the MKL code
-path (``MKL_CBWR``) and thread count the process ran with.
+Printed: each run's perplexity, their mean, standard deviation and range, and the code paths
+(``MKL_CBWR`` for MKL's float32 products, ``ONEDNN_MAX_CPU_ISA`` for oneDNN's bfloat16 ones)
+and thread count the process ran with.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def main() -> None:
         lm.tokenizer, load_corpus(DataSpec("wikitext2", "test", args.data_dir)), 512, 64
     )
     del lm
-    env = f"MKL_CBWR={os.environ.get('MKL_CBWR', '(default)')}, {torch.get_num_threads()} threads"
+    paths = [f"{k}={os.environ.get(k, '(default)')}" for k in ("MKL_CBWR", "ONEDNN_MAX_CPU_ISA")]
+    env = f"{', '.join(paths)}, {torch.get_num_threads()} threads"
     print(
         f"{args.model} {args.method} {args.pattern} 50%, calib forwards {args.calib_dtype}, {env}"
     )
