@@ -6,7 +6,8 @@
 2. Every registered method on the embedded model (SmolLM2-135M) in float32, on CUDA and
    on the CPU, same calibration and evaluation windows (the built-in ``pydoc`` corpus, so
    no data files are needed): perplexity on each device, their ratio (must be within 1%),
-   wall time of each run, and the CUDA run's peak GPU memory.
+   wall time of each run, and the CUDA run's peak GPU memory; then Wanda and SparseGPT with
+   bfloat16 calibration forwards (within 3%: BF16_TOLERANCE).
 3. A randomly initialised ~1.1B Llama (TinyLlama's shape: 22 layers, d = 2048, GQA 32/4,
    vocabulary 32000) in bfloat16, written shard by shard and pruned with Wanda at 50%
    streamed layer by layer on CUDA (``core.stream.pipeline``), then its perplexity streamed:
@@ -35,6 +36,7 @@ import torch
 
 from core.machine.gpu_memory import reset_peak
 from core.methods import available_methods
+from core.names import BF16, F32
 from core.runs import RunOptions, run_prune
 from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 from core.store.run_store import RunStore
@@ -43,6 +45,11 @@ from core.stream.synthetic import llama_config, write_random_model
 
 SPARSITY = {"slicegpt": 0.25}  # every other method: 0.5
 PPL_TOLERANCE = 0.01
+# Wanda and SparseGPT again with bfloat16 calibration forwards (--calib-dtype): their figures
+# spread ~2% with the last bit of the arithmetic (docs/benchmarks.md, "SparseGPT across CPUs"),
+# so CPU and GPU are compared within 3%.
+BF16_METHODS = ("wanda", "sparsegpt")
+BF16_TOLERANCE = 0.03
 
 
 def gpu_mb(device: torch.device) -> float:
@@ -74,10 +81,13 @@ def section_methods(args, device: torch.device, store: RunStore) -> dict:
         f"{'method':14s} {'ppl cpu':>10s} {'ppl ' + device.type:>10s} {'ratio-1':>8s} "
         f"{'s cpu':>7s} {'s ' + device.type:>7s} {'GPU peak MiB':>13s}"
     )
-    for method in available_methods():
-        row: dict = {"method": method}
+    variants = [(m, F32) for m in available_methods()] + [(m, BF16) for m in BF16_METHODS]
+    for method, calib_dtype in variants:
+        name = method if calib_dtype == F32 else f"{method} bf16"
+        tolerance = PPL_TOLERANCE if calib_dtype == F32 else BF16_TOLERANCE
+        row: dict = {"method": name}
         try:
-            prune = PruneConfig(method, SPARSITY.get(method, 0.5))
+            prune = PruneConfig(method, SPARSITY.get(method, 0.5), calib_dtype=calib_dtype)
             for key, dev in (("cpu", "cpu"), ("gpu", str(device))):
                 reset_peak(dev)
                 t0 = time.perf_counter()
@@ -87,15 +97,15 @@ def section_methods(args, device: torch.device, store: RunStore) -> dict:
                 row[f"seconds_{key}"] = time.perf_counter() - t0
             row["gpu_peak_mb"] = gpu_mb(device)
             row["rel_diff"] = row["ppl_gpu"] / row["ppl_cpu"] - 1
-            row["ok"] = abs(row["rel_diff"]) <= PPL_TOLERANCE
+            row["ok"] = abs(row["rel_diff"]) <= tolerance
             print(
-                f"{method:14s} {row['ppl_cpu']:10.3f} {row['ppl_gpu']:10.3f} "
+                f"{name:14s} {row['ppl_cpu']:10.3f} {row['ppl_gpu']:10.3f} "
                 f"{row['rel_diff']:+8.2%} {row['seconds_cpu']:7.1f} {row['seconds_gpu']:7.1f} "
                 f"{row['gpu_peak_mb']:13.0f}"
             )
         except Exception as exc:
             row.update(ok=False, error=f"{type(exc).__name__}: {exc}")
-            print(f"{method:14s} FAILED {row['error']}")
+            print(f"{name:14s} FAILED {row['error']}")
             traceback.print_exc(limit=3)
         ok = ok and row["ok"]
         rows.append(row)

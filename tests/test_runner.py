@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch import nn
 
+import core.pruning.layerwise as layerwise
 from core.adapters import ROLES, adapter_for, resolve_roles
 from core.errors import ConfigError, ModelLoadError
 from core.models.layer_inputs import capture_layer_inputs, forward_layer
@@ -204,3 +205,19 @@ def test_bfloat16_calibration_forwards_change_the_statistics_not_the_shapes():
         assert b.dtype == torch.float64 and bf16[role].sample.dtype == torch.float32
         rel = ((a - b).abs() / a.clamp_min(1e-12)).max().item()
         assert 0 < rel < 0.1, (role, rel)  # layer 1 sees layer 0's bfloat16 outputs
+
+
+def test_bfloat16_forwards_warn_where_they_would_be_emulated(monkeypatch, caplog):
+    """Without bfloat16 units the autocast forwards are emulated and slower than float32:
+    the runner says so once; with them, or in float32, it says nothing."""
+    cpu = torch.device("cpu")
+    for native, dtype, warned in [
+        (False, "bfloat16", True),
+        (True, "bfloat16", False),
+        (False, "float32", False),
+    ]:
+        monkeypatch.setattr(layerwise, "native_bf16", lambda _d, n=native: n)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="core.pruning.layerwise"):
+            layerwise.warn_if_emulated(cpu, dtype)
+        assert ("emulated" in caplog.text) == warned, (native, dtype)

@@ -75,3 +75,16 @@ def describe_device(device: torch.device) -> dict[str, object]:
     else:
         info.update(name=device.type.upper())
     return info
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether bfloat16 matrix products run on units made for them: a CUDA GPU that supports
+    bfloat16, or a CPU with AVX512_BF16 or AMX. Elsewhere they are emulated, and slower than
+    float32 (4x on the bench's AVX2 path: docs/benchmarks.md)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        cpu = torch.cpu
+        probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+        return any(getattr(cpu, name, lambda: False)() for name in probes)
+    return True

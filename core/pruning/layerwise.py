@@ -18,7 +18,8 @@ which would feed nothing, are not computed.
 
 The layer calls' matrix products run in float32 (the reference's arithmetic) or, with
 ``calib_dtype="bfloat16"``, in bfloat16 with float32 accumulation under autocast: the
-products take about half the time where the hardware has bfloat16 units. The statistics are still taken and summed in
+products take about half the time where the hardware has bfloat16 units (elsewhere they are
+emulated and slower: a warning says so). The statistics are still taken and summed in
 float32/float64 from what the hooks receive; only the forwards' products are rounded.
 
 Layer calls go through ``core.models.layer_inputs.forward_layer`` with the keyword arguments the
@@ -38,6 +39,7 @@ import torch
 from torch import nn
 
 from core.adapters import SHARED_INPUT, ModelAdapter
+from core.machine.device import native_bf16
 from core.machine.process_memory import trim_heap
 from core.methods.base import SAMPLE_ROWS, LayerContext, LinearReport, LinearStats, Method
 from core.models.layer_inputs import (
@@ -65,6 +67,16 @@ def forward_precision(
     if calib_dtype == BF16:
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def warn_if_emulated(device: torch.device, calib_dtype: str) -> None:
+    """A warning when bfloat16 forwards were asked for where they would be emulated."""
+    if calib_dtype == BF16 and not native_bf16(device):
+        log.warning(
+            "bfloat16 calibration forwards on %s without bfloat16 units are emulated and "
+            "slower than float32; --calib-dtype float32 is faster here",
+            device,
+        )
 
 
 class _StatsCollector:
@@ -233,6 +245,7 @@ def run_layerwise(
     ``calib_dtype``: the layer calls' precision (``forward_precision``).
     """
     device = torch.device(device)
+    warn_if_emulated(device, calib_dtype)
     offload = offload or Offload(adapter.model, device)
     store = torch.device("cpu") if activations_on_cpu else device
     inputs = capture_layer_inputs(adapter, calib_ids, device, batch_size, store, offload)
