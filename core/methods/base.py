@@ -23,8 +23,9 @@ class LinearStats:
     """Input statistics of one ``nn.Linear`` on the calibration tokens.
 
     Full mode (``Method.needs_gram``): gram (in, in) float32 = Σ_tokens x xᵀ, from which
-    SparseGPT builds H = 2·gram/n and errors are exact. The runner adds one float32 product per
-    sequence, in order, into a float64 sum and casts once, so its batch does not change it.
+    SparseGPT builds H = 2·gram/n and errors are exact. The runner sums float32 products over
+    fixed chunks of sequences in float64 and casts once (``core.pruning.gram``), so its batch
+    does not change it.
     Light mode (Wanda, magnitude: they only need column norms): sq_norms (in,) = Σ x_j² and
     sample (k, in), an evenly strided subsample of at most ``SAMPLE_ROWS`` token rows on which
     reconstruction errors are measured. Light mode skips the O(tokens·in²) Gram products.
