@@ -31,7 +31,7 @@ MAX_BLOCKS = 4
 
 def column_blocks(n: int) -> list[slice]:
     """Up to MAX_BLOCKS contiguous column ranges of about BLOCK_COLS covering 0..n."""
-    k = min(MAX_BLOCKS, math.ceil(n / BLOCK_COLS)) if n > BLOCK_COLS else 1
+    k = max(1, min(MAX_BLOCKS, math.ceil(n / BLOCK_COLS)))
     edges = [round(i * n / k) for i in range(k + 1)]
     return [slice(a, b) for a, b in itertools.pairwise(edges)]
 
