@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from core.errors import ConfigError
+from core.methods.wanda import wanda_mask
 from core.pruning.masks import (
     check_sparsity,
     lowest_k_mask,
@@ -127,3 +128,32 @@ def test_row_mask_fractional_count_goes_to_cheapest_rows() -> None:
     mask = topk_prune_mask(scores, 0.5, dim=-1)  # ⌊0.5·9⌋ = 4: one per row + one extra
     assert mask.sum(1).tolist() == [1, 2, 1]  # row 1's second entry (0.6) is the cheapest
     assert mask[1, :2].all() and mask[0, 0] and mask[2, 0]
+
+
+def sorted_row_mask(scores: torch.Tensor, sparsity: float) -> torch.Tensor:
+    """The per-row rule by sorting (the definition ``topk_prune_mask`` selects without
+    sorting): each row's ⌊p·in⌋ first in stable order, then one more in the rows whose next
+    entry is cheapest overall, ties to the lower row."""
+    rows, cols = scores.shape
+    k, extra = divmod(prune_count(rows * cols, sparsity), rows)
+    ordered, order = torch.sort(scores, dim=-1, stable=True)
+    counts = torch.full((rows,), k)
+    if extra:
+        counts[torch.sort(ordered[:, k], stable=True).indices[:extra]] += 1
+    ranks = torch.arange(cols).expand(rows, cols)
+    return torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, order, ranks < counts[:, None])
+
+
+@pytest.mark.parametrize("sparsity", [0.3, 0.37, 0.5, 0.61])
+@pytest.mark.parametrize("levels", [2, 5, 0])
+def test_row_mask_fractional_count_is_the_stable_sorts(sparsity: float, levels: int) -> None:
+    """OWL's per-layer ratios leave counts that are not a multiple of the rows: the selection
+    path equals the sort's mask bit for bit, heavy ties included (levels 0: no ties)."""
+    scores = tied_scores(13, 37, levels=levels, seed=5) if levels else torch.rand(13, 37)
+    expected = sorted_row_mask(scores, sparsity)
+    assert prune_count(13 * 37, sparsity) % 13  # the fractional path is taken
+    assert torch.equal(topk_prune_mask(scores, sparsity, dim=-1), expected)
+    signs = torch.randint(0, 2, scores.shape, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    W = scores * signs  # Wanda's scores |W|·‖X_j‖ with unit norms are the scores
+    ones = torch.ones(37, dtype=torch.float64)
+    assert torch.equal(wanda_mask(W, ones, sparsity, block_bytes=8 * 37 * 4), expected)

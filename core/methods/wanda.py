@@ -15,10 +15,16 @@ from core.errors import ConfigError
 from core.methods import register
 from core.methods.base import LinearStats
 from core.methods.linear import PrunedWeight, ScopedOptions, ScoreMethod, WeightJob
-from core.pruning.masks import lowest_k_mask, nm_prune_mask, score_mask
+from core.pruning.masks import (
+    add_cheapest_next,
+    lowest_k_and_next,
+    lowest_k_mask,
+    nm_prune_mask,
+    score_mask,
+)
 from core.settings.patterns import check_sparsity, prune_count
 
-# float64 scores of one block of rows (its stable sort holds as much again in int64 indices)
+# float64 scores of one block of rows
 SCORE_BLOCK_BYTES = 4 * 2**20
 
 
@@ -48,7 +54,7 @@ def wanda_mask(
     block_bytes: int = SCORE_BLOCK_BYTES,
 ) -> torch.Tensor:
     """``score_mask(wanda_scores(W, col_sq_norms), sparsity, scope, nm)``, the same mask bit
-    for bit, with at most one block of rows' float64 scores and sort alive at once (about
+    for bit, with at most one block of rows' float64 scores alive at once (about
     ``block_bytes`` each) instead of the whole matrix's: 84 MB of transients for a
     1024 x 3584 weight become ~12 MB, and a streamed run's peak stays near its budget.
 
@@ -79,14 +85,11 @@ def wanda_mask(
         if not extra:
             mask[r : r + step] = lowest_k_mask(scores, k, dim=-1)
             continue
-        ordered, order = torch.sort(scores, dim=-1, stable=True)
-        mask[r : r + step].scatter_(-1, order[:, :k], True)
-        next_score[r : r + step], next_col[r : r + step] = ordered[:, k], order[:, k]
-        del ordered, order
-    if extra:
-        # the cheapest (k+1)-th entries overall, ties to lower rows (as topk_prune_mask)
-        bonus = torch.sort(next_score, stable=True).indices[:extra]
-        mask[bonus, next_col[bonus]] = True
+        mask[r : r + step], next_col[r : r + step], next_score[r : r + step] = lowest_k_and_next(
+            scores, k
+        )
+    if extra:  # the cheapest (k+1)-th entries overall, ties to lower rows (as topk_prune_mask)
+        add_cheapest_next(mask, next_col, next_score, extra)
     return mask
 
 

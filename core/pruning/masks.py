@@ -84,13 +84,31 @@ def topk_prune_mask(scores: torch.Tensor, sparsity: float, dim: int | None = -1)
     k, extra = divmod(total, rows)
     if extra == 0:
         return lowest_k_mask(scores, k, dim=-1)
-    ordered, order = torch.sort(scores, dim=-1, stable=True)  # (out, in)
-    # Rows that prune a (k+1)-th entry: the cheapest such entries overall, ties to lower rows.
-    bonus = torch.sort(ordered[:, k], stable=True).indices[:extra]
-    counts = torch.full((rows,), k, device=scores.device)
-    counts[bonus] += 1
-    ranks = torch.arange(cols, device=scores.device).expand(rows, cols)
-    return torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, order, ranks < counts[:, None])
+    mask, next_col, next_score = lowest_k_and_next(scores, k)
+    add_cheapest_next(mask, next_col, next_score, extra)
+    return mask
+
+
+def lowest_k_and_next(
+    scores: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row of scores (rows, n), k < n: the mask of the k lowest (``lowest_k_mask``) and
+    the entry next in that order (the (k+1)-th of the stable sort): its column (rows,) and
+    its score (rows,). Two selections, no sort."""
+    mask = lowest_k_mask(scores, k, dim=-1)
+    nxt = lowest_k_mask(scores, k + 1, dim=-1) & ~mask  # one entry per row: both are prefixes
+    next_col = nxt.to(torch.uint8).argmax(dim=-1)
+    return mask, next_col, scores.gather(-1, next_col[:, None]).squeeze(-1)
+
+
+def add_cheapest_next(
+    mask: torch.Tensor, next_col: torch.Tensor, next_score: torch.Tensor, extra: int
+) -> None:
+    """Prune one more entry in the ``extra`` rows whose next entry scores lowest overall, ties
+    to the lower row (in place): how a count that is not a multiple of the rows is spread."""
+    bonus = lowest_k_mask(next_score[None], extra, dim=-1)[0]  # (rows,) bool
+    rows = bonus.nonzero().squeeze(-1)
+    mask[rows, next_col[rows]] = True
 
 
 def nm_prune_mask(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:
