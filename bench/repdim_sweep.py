@@ -26,7 +26,9 @@ def main() -> None:
     ap.add_argument("--models", default=None, help="comma-separated models (default: --model)")
     ap.add_argument("--sparsities", default="0,0.1,0.2,0.3,0.4,0.5,0.6")
     ap.add_argument("--seeds", default="42,0,1", help="SliceGPT calibration seeds")
-    ap.add_argument("--others", default="0.3,0.5,0.7", help="Wanda/SparseGPT sparsities")
+    ap.add_argument(
+        "--others", default="0.3,0.5,0.7", help="Wanda/SparseGPT sparsities ('' for none)"
+    )
     args = ap.parse_args()
     models = [m.strip() for m in (args.models or args.model).split(",") if m.strip()]
 
@@ -81,8 +83,12 @@ def run_model(args, name: str, store) -> dict:
             if r.s > 0
         ]
 
+    others = [float(x) for x in args.others.split(",") if x.strip()]
+    result = {"table": table, "metrics": m, "refused": None if m else "SliceGPT refused"}
+    if not others:  # the SliceGPT sweep alone
+        return result
     for method in ("wanda", "sparsegpt"):
-        for s in (float(x) for x in args.others.split(",")):
+        for s in others:
             res = run_prune(model, PruneConfig(method, s), c4, evalc, store)
             ids.append(res["run_id"])
             pm = res["metrics"]
@@ -118,7 +124,7 @@ def run_model(args, name: str, store) -> dict:
             f"pooled fit ratio = a·(d_eff/d) + b: a = {g['a']:.3f}, b = {g['b']:.3f}, "
             f"R^2 = {g['r2']:.3f}\n"
         )
-    return {"table": table, "metrics": m, "refused": None if m else "SliceGPT refused"}
+    return result
 
 
 def print_sweep(name: str, args, seeds, table, m: dict) -> None:
