@@ -141,17 +141,18 @@ class _StatsCollector:
 
     def _make_hook(self, stat: LinearStats, hook_roles: list[str], store: torch.device):
         def hook(module: nn.Module, args: tuple) -> None:
-            x = args[0]  # (B, L, in)
-            flat = x.reshape(-1, x.shape[-1]).float()
+            x = args[0]  # (B, L, in), float32 or (bfloat16 forwards) bfloat16
+            flat = x.reshape(-1, x.shape[-1])
             if stat.gram is not None:
-                self.grams[id(stat)].add(flat.reshape(-1, x.shape[-2], x.shape[-1]))
+                self.grams[id(stat)].add(flat.float().reshape(-1, x.shape[-2], x.shape[-1]))
             else:
                 # float32 squares are exact in float64; the CPU's vector width then moves
-                # the sum by ~1e-16 relative, not float32's ~1e-7
+                # the sum by ~1e-16 relative, not float32's ~1e-7 (bfloat16 goes straight
+                # to float64: the same values as through float32)
                 stat.sq_norms += flat.to(GRAM_DTYPE).square_().sum(0)
                 # rows at global token positions that are multiples of the stride
                 offset = (-stat.n_tokens) % self.stride
-                rows = flat[offset :: self.stride]
+                rows = flat[offset :: self.stride].float()
                 start = (stat.n_tokens + offset) // self.stride
                 stat.sample[start : start + rows.shape[0]] = rows
             stat.n_tokens += flat.shape[0]
