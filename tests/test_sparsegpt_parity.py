@@ -16,13 +16,14 @@ import torch
 import core.methods.sparsegpt as sgpt
 from core.adapters import ROLES, adapter_for
 from core.errors import ConfigError
+from core.methods.obs_factor import hessian_factor, inverse_hessian_factor
 from core.methods.sparsegpt import (
     SparseGPT,
     SparseGPTOptions,
     block_mask,
-    inverse_hessian_factor,
     lazy_update,
     sparsegpt_prune,
+    sparsegpt_prune_group,
 )
 from core.models.load import build_tiny_model
 from core.pruning.layerwise import run_layerwise, run_method
@@ -148,6 +149,57 @@ def test_saliencies_are_float64_from_the_float64_factor(monkeypatch, nm) -> None
     assert all(s.dtype == torch.float64 for s in seen)
     expected = first[:, :32] if nm is None else first[:, :4]
     assert torch.equal(seen[0], expected)
+
+
+@pytest.mark.parametrize(
+    ("nm", "selection"), [(None, "threshold"), (None, "exact"), ((2, 4), "threshold")]
+)
+def test_a_group_swept_at_once_is_each_member_alone(nm, selection) -> None:
+    """q/k/v-like members (48, 16 and 16 rows, their own sparsities, one dead input) swept as
+    one matrix: every weight, mask and OBS loss is the one the member gets alone, bit for bit."""
+    g = torch.Generator().manual_seed(7)
+    _, H = make_problem(3)
+    H[5, :] = H[:, 5] = 0.0  # an input never active
+    Ws = [torch.randn(rows, 96, generator=g) for rows in (48, 16, 16)]
+    sparsities = [0.5, 0.3, 0.65]
+    factor = hessian_factor(H.float(), 0.01)
+    together = sparsegpt_prune_group(Ws, sparsities, factor, nm, 20, selection)
+    for W, p, (W_new, mask, info) in zip(Ws, sparsities, together, strict=True):
+        alone = sparsegpt_prune(W, None, p, nm, 20, selection=selection, factor=factor)
+        assert torch.equal(W_new, alone[0]) and torch.equal(mask, alone[1])
+        assert info == alone[2] and mask[:, 5].all()
+
+
+def test_the_method_prunes_the_same_with_groups_together_or_alone(monkeypatch) -> None:
+    """SparseGPT on a tiny model with q/k/v and gate/up swept together (the default for
+    small groups) and one linear at a time: the same weights bit for bit, the same errors."""
+    model = build_tiny_model("tiny-llama", hidden_size=128, intermediate_size=256).eval()
+    ids = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(2))
+
+    sizes = []  # members per sweep
+    real = sgpt.sparsegpt_prune_group
+    monkeypatch.setattr(
+        sgpt, "sparsegpt_prune_group", lambda Ws, *a: sizes.append(len(Ws)) or real(Ws, *a)
+    )
+
+    def prune(joint_bytes: int):
+        monkeypatch.setattr(SparseGPT, "joint_bytes", joint_bytes)
+        m = copy.deepcopy(model)
+        adapter = adapter_for(m)
+        sparsity = [dict.fromkeys(ROLES, 0.5)] * adapter.n_layers
+        res = run_method(
+            SparseGPT(SparseGPTOptions()), adapter, ids, ROLES, sparsity, "unstructured", "cpu"
+        )
+        return m.state_dict(), [(r.role, r.rel_error, r.extra["pruned"]) for r in res.reports]
+
+    method = SparseGPT(SparseGPTOptions())
+    assert method.joins([(128, 128), (64, 128), (64, 128)]) and not method.joins([(128, 128)])
+    assert not method.joins([(8192, 4096), (8192, 4096)])  # 256 MiB: one at a time
+    (together, rep_t), (alone, rep_a) = prune(SparseGPT.joint_bytes), prune(0)
+    layers = len(adapter_for(model).layers)
+    assert sizes == [3, 1, 2, 1] * layers + [1] * 7 * layers  # q/k/v, o, gate/up, down
+    assert rep_t == rep_a
+    assert all(torch.equal(together[k], alone[k]) for k in together)
 
 
 def _prune_tiny(model, ids, threads: int, batch: int) -> dict[str, torch.Tensor]:

@@ -131,6 +131,14 @@ class LinearwiseMethod(Method):
     the targeted linears, counting a shared input's statistics once."""
 
     loops_columns: ClassVar[bool] = False  # a Python loop over every input column
+    # Linears that read one input (q/k/v, gate/up) whose float32 weights total at most this
+    # go to ``prune_weights`` together; 0: each alone. Together their copies are alive at
+    # once, so a large model's groups stay one linear at a time (peak memory).
+    joint_bytes: ClassVar[int] = 0
+
+    def joins(self, shapes: list[tuple[int, int]]) -> bool:
+        """Whether linears of these (out, in) shapes, reading one input, go together."""
+        return len(shapes) > 1 and 4 * sum(o * i for o, i in shapes) <= self.joint_bytes
 
     def linear_products(self, out: int, inp: int, tokens: int, shared: bool) -> float:
         """FLOPs of the method's products on one (out, in) linear from ``tokens`` calibration
@@ -144,20 +152,85 @@ class LinearwiseMethod(Method):
             shared = shape.shares_input(role, seen)
             products += self.linear_products(out, inp, shape.tokens, shared)
         edited = [shape.linears[role] for role in shape.roles]
-        columns = sum(i for _, i in edited) if self.loops_columns else 0
+        columns = 0
+        for group in shape.input_groups() if self.loops_columns else []:
+            shapes = [shape.linears[role] for role in group]
+            columns += shapes[0][1] if self.joins(shapes) else sum(i for _, i in shapes)
         return LayerWork(products, sum(o * i for o, i in edited), columns)
 
     def prune_weight(self, job: WeightJob) -> PrunedWeight:
         """Prune one weight matrix (see ``WeightJob`` for what the method may assume)."""
         raise NotImplementedError
 
+    def prune_weights(self, jobs: list[WeightJob]) -> list[PrunedWeight]:
+        """Prune linears that read one input (same ``stats``) together, when ``joins``."""
+        return [self.prune_weight(job) for job in jobs]
+
     @torch.no_grad()
     def prune_layer(self, ctx: LayerContext) -> list[LinearReport]:
         nm = parse_pattern(ctx.pattern)
+        reports = []
+        for group in self._batches(ctx):
+            if len(group) > 1:
+                reports += self._prune_together(ctx, group, nm)
+                continue
+            role, linear = group[0]
+            reports.append(
+                self._prune_linear(
+                    ctx.index, role, linear, ctx.stats.get(role), ctx.sparsity[role], nm
+                )
+            )
+        return reports
+
+    def _batches(self, ctx: LayerContext) -> list[list[tuple[str, nn.Module]]]:
+        """The targeted linears, in order, as lists pruned together: consecutive linears with
+        one ``LinearStats`` (one input) that ``joins`` and all get a target above 0; one
+        linear each otherwise."""
+        todo = [(role, lin) for role, lin in ctx.linears.items() if role in ctx.sparsity]
+        batches, i = [], 0
+        while i < len(todo):
+            stats, j = ctx.stats.get(todo[i][0]), i + 1
+            while j < len(todo) and stats is not None and ctx.stats.get(todo[j][0]) is stats:
+                j += 1
+            group = todo[i:j]
+            shapes = [tuple(lin.weight.shape) for _, lin in group]
+            if self.joins(shapes) and all(ctx.sparsity[role] > 0 for role, _ in group):
+                batches.append(group)
+            else:
+                batches.extend([member] for member in group)
+            i = j
+        return batches
+
+    def _prune_together(
+        self, ctx: LayerContext, group: list[tuple[str, nn.Module]], nm: tuple[int, int] | None
+    ) -> list[LinearReport]:
+        """``prune_weights`` on a group reading one input; its time is shared by rows."""
+        start = time.perf_counter()
+        stats = ctx.stats.get(group[0][0])
+        jobs = [
+            WeightJob(
+                lin.weight.detach().to(torch.float32, copy=True),
+                stats,
+                nm[0] / nm[1] if nm is not None else check_sparsity(ctx.sparsity[role]),
+                nm,
+            )
+            for role, lin in group
+        ]
+        outs = self.prune_weights(jobs)
+        for (_, lin), out in zip(group, outs, strict=True):
+            lin.weight.copy_(out.W.to(lin.weight.dtype))
+        seconds = time.perf_counter() - start
+        rows = sum(job.W.shape[0] for job in jobs)
         return [
-            self._prune_linear(ctx.index, role, linear, ctx.stats.get(role), ctx.sparsity[role], nm)
-            for role, linear in ctx.linears.items()
-            if role in ctx.sparsity
+            self._report(
+                ctx.index,
+                role,
+                lin.weight,
+                job,
+                {"pruned": int(out.mask.sum().item()), **out.extra},
+                seconds * job.W.shape[0] / rows,
+            )
+            for (role, lin), job, out in zip(group, jobs, outs, strict=True)
         ]
 
     def _prune_linear(
@@ -173,22 +246,39 @@ class LinearwiseMethod(Method):
         weight = linear.weight  # (out, in), any dtype / device
         start = time.perf_counter()
         W = weight.detach().to(torch.float32, copy=True)
+        if sparsity > 0.0 and nm is not None:
+            sparsity = nm[0] / nm[1]
+        job = WeightJob(W, stats, sparsity, nm)
         extra: dict[str, Any] = {}
         if sparsity > 0.0:
-            if nm is not None:
-                sparsity = nm[0] / nm[1]
-            out = self.prune_weight(WeightJob(W, stats, sparsity, nm))
+            out = self.prune_weight(job)
             weight.copy_(out.W.to(weight.dtype))
             extra = {"pruned": int(out.mask.sum().item()), **out.extra}
+        return self._report(layer, role, weight, job, extra, 0.0, start)
+
+    def _report(
+        self,
+        layer: int,
+        role: str,
+        weight: torch.Tensor,
+        job: WeightJob,
+        extra: dict[str, Any],
+        seconds: float,
+        start: float | None = None,
+    ) -> LinearReport:
+        """A pruned linear's report row: ``job.W`` is its weight before, ``weight`` after;
+        ``seconds`` of pruning so far, plus the time since ``start`` when given."""
         # .item() synchronises the device, so the timing covers the asynchronous kernels.
         zeros = int((weight == 0).sum().item())
-        seconds = time.perf_counter() - start
+        if start is not None:
+            seconds += time.perf_counter() - start
+        stats, sparsity = job.stats, job.sparsity
         if stats is None:
             rel_error = math.nan
         elif sparsity == 0.0:
             rel_error = 0.0
         else:
-            rel_error = reconstruction_error(W, weight.detach(), stats)
+            rel_error = reconstruction_error(job.W, weight.detach(), stats)
             extra["error_tokens"] = stats.error_tokens
         log.debug("layer %d %s: sparsity %.4f, rel_error %.4g", layer, role, sparsity, rel_error)
         return LinearReport(

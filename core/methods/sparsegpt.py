@@ -20,8 +20,9 @@ total is exactly ⌊p·rows·in⌋. On the embedded model the two differ by one 
 (2·10⁻⁶ of the weights); docs/benchmarks.md gives what that does to perplexity.
 
 Differences from the reference ``fasterprune``:
-- H⁻¹ and its Cholesky factor are computed in float64, then the sweep runs in float32: LLM
-  inputs have outlier features, which make H badly conditioned.
+- H⁻¹ and its Cholesky factor are computed in float64 (``core.methods.obs_factor``), then
+  the sweep runs in float32: LLM inputs have outlier features, which make H badly
+  conditioned.
 - Decisions do not hang on the last bit of a CPU-dependent float32 product: the saliencies
   w²/U_jj² are compared in float64 (U_jj from the float64 factor), and the block's batched
   update of the later columns is a float64 product rounded once (``lazy_update``). The
@@ -32,6 +33,9 @@ Differences from the reference ``fasterprune``:
   ``MAX_PERCDAMP``) with a warning; the damping used is returned in ``info``.
 - H = 2·gram/n_tokens where the reference divides by the number of sequences: a constant
   factor, which changes neither the mask nor the update (λ scales with mean(diag H)).
+- The linears that read one input (q/k/v, gate/up) share one factor and, while their weights
+  total at most ``SparseGPT.joint_bytes``, one sweep (``sparsegpt_prune_group``): the same
+  numbers as one linear at a time, in fewer Python steps.
 """
 
 from __future__ import annotations
@@ -44,11 +48,11 @@ from typing import Any
 
 import torch
 
-from core.errors import ConfigError, NumericalError
-from core.machine.device import single_thread
+from core.errors import ConfigError
 from core.methods import register
 from core.methods.base import LayerContext, LinearReport, LinearStats
 from core.methods.linear import LinearwiseMethod, PrunedWeight, WeightJob
+from core.methods.obs_factor import HessianFactor, hessian_factor
 from core.pruning.masks import (
     check_nm,
     check_sparsity,
@@ -61,10 +65,6 @@ from core.settings.field import option
 
 log = logging.getLogger(__name__)
 
-# percdamp grows tenfold per failed factorisation up to λ = mean(diag H) (percdamp 1): beyond
-# that the damping, not the data, would decide the update.
-MAX_PERCDAMP = 1.0
-
 
 # How each block's unstructured mask is chosen from the OBS saliency w²/U_jj²:
 #   "exact": the block's share of the cumulative budget ⌊p·rows·i2⌋ − ⌊p·rows·i1⌋, ties to
@@ -72,7 +72,6 @@ MAX_PERCDAMP = 1.0
 #   "threshold": the reference's ``score <= sorted(score)[⌊p·numel⌋]``, one more per block
 #            (more on ties).
 MASK_SELECTIONS = ("exact", "threshold")
-_SCALE_ROWS = 256  # rows of H scaled at once into the float64 factor buffer
 _UPDATE_ROWS = 1024  # rows of W per float64 lazy-update product
 
 
@@ -97,79 +96,6 @@ def block_mask(scores: torch.Tensor, sparsity: float, rows: int, i1: int, i2: in
     return lowest_k_mask(scores, k, dim=None)
 
 
-def _damped_factor(
-    H: torch.Tensor, damp: float, dead: torch.Tensor | None, scale: float = 1.0
-) -> torch.Tensor | None:
-    """The three LAPACK steps on one column-major float64 buffer, overwritten in place:
-    A = scale·H + λI (scaled in H's float32, row block by row block, so scale·H never
-    exists whole; dead inputs' diagonal set to 1) -> L = chol(A) -> A⁻¹ -> U = chol(A⁻¹)ᵀ.
-    Column-major is LAPACK's layout, so no step allocates a second (in, in) float64 matrix
-    (the 2816-wide down projection's is 60 MiB); the values are
-    those of the out-of-place calls, bit for bit. Returns U, or None if a step failed."""
-    n = H.shape[0]
-    A = torch.empty_strided((n, n), (1, n), dtype=torch.float64, device=H.device)
-    if scale == 1.0:
-        A.copy_(H)
-    else:
-        for i in range(0, n, _SCALE_ROWS):
-            A[i : i + _SCALE_ROWS].copy_(H[i : i + _SCALE_ROWS] * scale)
-    if dead is not None:
-        A.diagonal()[dead] = 1.0
-    A.diagonal().add_(damp)
-    info = torch.empty((), dtype=torch.int32, device=H.device)
-    torch.linalg.cholesky_ex(A, out=(A, info))
-    if info.item() != 0:
-        return None
-    torch.cholesky_inverse(A, out=A)
-    torch.linalg.cholesky_ex(A, upper=True, out=(A, info))
-    if info.item() != 0 or not torch.isfinite(A).all():
-        return None
-    return A
-
-
-def inverse_hessian_factor(
-    H: torch.Tensor, percdamp: float, dead: torch.Tensor | None = None, scale: float = 1.0
-) -> tuple[torch.Tensor, float, int]:
-    """Upper Cholesky factor U of (H + λI)⁻¹ with λ = percdamp · mean(diag H), in float64.
-
-    H: (in, in) symmetric, not modified, times ``scale`` (taken in H's dtype: the Hessian
-    2·gram/n from the gram without a copy); dead: (in,) bool, inputs never active, whose
-    diagonal counts as 1 (in the mean too). Raises the damping tenfold while a
-    factorisation fails. Returns (U (in, in) float64, column-major, the percdamp used, how
-    many times it was raised).
-    """
-    diag = (H.diagonal() * scale if scale != 1.0 else H.diagonal()).to(torch.float64)  # (in,)
-    if dead is not None:
-        diag[dead] = 1.0
-    mean_diag = diag.mean().item()
-    del diag
-    if not (math.isfinite(mean_diag) and mean_diag > 0):
-        raise NumericalError(
-            f"SparseGPT: the Hessian diagonal has mean {mean_diag}; the calibration statistics "
-            "are not usable (NaN/inf or negative)"
-        )
-    damp, attempt = percdamp, 0
-    while True:
-        with single_thread(H.device):
-            U = _damped_factor(H, damp * mean_diag, dead, scale)
-        if U is not None:
-            return U, damp, attempt
-        if damp * 10 > MAX_PERCDAMP * (1 + 1e-9):
-            raise NumericalError(
-                f"SparseGPT: the Hessian ({H.shape[0]}x{H.shape[1]}) is not positive definite "
-                f"even with percdamp={damp:g} (raised tenfold {attempt} times from "
-                f"{percdamp:g}); the calibration inputs are degenerate or contain NaN/inf"
-            )
-        log.warning(
-            "SparseGPT: Hessian (%dx%d) not positive definite with percdamp=%g; raising the "
-            "damping to percdamp=%g",
-            *H.shape,
-            damp,
-            damp * 10,
-        )
-        damp, attempt = damp * 10, attempt + 1
-
-
 def lazy_update(W2: torch.Tensor, err: torch.Tensor, U12: torch.Tensor) -> None:
     """W2 −= err @ U12, the block's batched OBS update of the later columns, in place.
 
@@ -183,32 +109,6 @@ def lazy_update(W2: torch.Tensor, err: torch.Tensor, U12: torch.Tensor) -> None:
         return
     for r in range(0, W2.shape[0], _UPDATE_ROWS):
         W2[r : r + _UPDATE_ROWS] -= err[r : r + _UPDATE_ROWS].double() @ U12
-
-
-@dataclass(frozen=True)
-class HessianFactor:
-    """What the sweep needs from H, shared by the linears that read the same input (q/k/v,
-    gate/up): U (in, in) float64, the upper Cholesky factor of (H + λI)⁻¹, column-major;
-    dead (in,) bool, the inputs never active; the percdamp used and how often it was raised."""
-
-    U: torch.Tensor
-    dead: torch.Tensor
-    percdamp: float
-    increases: int
-
-
-def hessian_factor(
-    H: torch.Tensor, percdamp: float, h_scale: float = 1.0, device: torch.device | None = None
-) -> HessianFactor:
-    """Factor h_scale·H (float64 H as it is, any other dtype as float32; not modified, no
-    float32 copy: the dead inputs' diagonal is set in the float64 factor) on ``device``."""
-    hdtype = torch.float64 if H.dtype == torch.float64 else torch.float32
-    H = H.detach().to(device=device if device is not None else H.device, dtype=hdtype)
-    diag = H.diagonal() * h_scale if h_scale != 1.0 else H.diagonal()
-    dead = diag == 0  # (in,) inputs that are always 0: any weight there is free
-    del diag
-    U, used_percdamp, increases = inverse_hessian_factor(H, percdamp, dead, h_scale)
-    return HessianFactor(U, dead, used_percdamp, increases)
 
 
 @torch.no_grad()
@@ -241,39 +141,67 @@ def sparsegpt_prune(
     ``percdamp`` (the damping used), ``damp_increases``, ``dead_columns``, ``blocksize``
     and ``obs_loss`` = Σ (w − q)² / (2 U_jj²), the sweep's own estimate of the added error.
     """
-    sparsity = check_sparsity(sparsity)
     check_sparsegpt_options(percdamp, blocksize, selection)
-    rows, cols = W.shape
+    cols = W.shape[1]
     shape = tuple((factor.U if factor is not None else H).shape)
     if shape != (cols, cols):
-        raise ConfigError(f"Hessian shape {shape} does not match weight {(rows, cols)}")
+        raise ConfigError(f"Hessian shape {shape} does not match weight {tuple(W.shape)}")
+    if nm is None and check_sparsity(sparsity) == 0.0:
+        return W.detach().to(torch.float32, copy=True), torch.zeros_like(W, dtype=torch.bool), {}
+    if factor is None:
+        factor = hessian_factor(H, percdamp, h_scale, W.device)
+    return sparsegpt_prune_group([W], [sparsity], factor, nm, blocksize, selection)[0]
+
+
+@torch.no_grad()
+def sparsegpt_prune_group(
+    Ws: list[torch.Tensor],
+    sparsities: list[float],
+    factor: HessianFactor,
+    nm: tuple[int, int] | None = None,
+    blocksize: int = 128,
+    selection: str = "threshold",
+) -> list[tuple[torch.Tensor, torch.Tensor, dict[str, Any]]]:
+    """``sparsegpt_prune`` of the weights that read one input (Ws (out_m, in) each, sharing
+    H's ``factor``), swept as one (Σ out_m, in) matrix; Ws are not modified.
+
+    Every step of the sweep acts on rows alone (the column loop's updates, an N:M group's
+    choice), and each member keeps what is its own: its block masks (unstructured, at its
+    sparsity, as if alone), its float64 lazy updates and its loss. So every member comes out
+    as ``sparsegpt_prune`` gives it alone, bit for bit, in one Python loop instead of one per
+    member (q/k/v: three, gate/up: two). Returns (W_new, mask, info) per member.
+    """
+    cols = factor.U.shape[0]
+    if any(w.shape[1] != cols for w in Ws):
+        raise ConfigError(f"weights {[tuple(w.shape) for w in Ws]} do not match H ({cols})")
+    sparsities = [check_sparsity(s) for s in sparsities]
     if nm is not None:
         check_nm(*nm)
         if cols % nm[1]:
             raise ConfigError(f"N:M pattern {nm[0]}:{nm[1]} needs a width divisible by {nm[1]}")
         blocksize = max(nm[1], blocksize - blocksize % nm[1])
-    W = W.detach().to(torch.float32, copy=True)  # (out, in), the sweep edits it in place
-    mask = torch.zeros((rows, cols), dtype=torch.bool, device=W.device)
-    if nm is None and sparsity == 0.0:
-        return W, mask, {}
-
-    if factor is None:
-        factor = hessian_factor(H, percdamp, h_scale, W.device)
+    ends = torch.tensor([w.shape[0] for w in Ws]).cumsum(0).tolist()
+    members = [slice(a, b) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    W = torch.cat([w.detach().float() for w in Ws])  # (Σ out, in), the sweep edits it in place
+    mask = torch.zeros(W.shape, dtype=torch.bool, device=W.device)
     U, dead = factor.U, factor.dead
     W[:, dead] = 0.0
     d64 = U.diagonal().clone()  # (in,) float64: the saliency's denominators
 
-    loss = torch.zeros((), dtype=torch.float64, device=W.device)
+    losses = [torch.zeros((), dtype=torch.float64, device=W.device) for _ in Ws]
     for i1 in range(0, cols, blocksize):
         i2 = min(i1 + blocksize, cols)
-        W1 = W[:, i1:i2]  # (out, B) view: updated in place
+        W1 = W[:, i1:i2]  # (Σ out, B) view: updated in place
         U1 = U[i1:i2, i1:i2].to(torch.float32)  # (B, B): the sweep's own float32 factor
         d, dd = U1.diagonal(), d64[i1:i2].square()  # (B,) float32, (B,) float64
-        err1 = torch.zeros_like(W1)  # (out, B) scaled errors for the lazy update
-        mask1 = mask[:, i1:i2]  # (out, B) view
+        err1 = torch.zeros_like(W1)  # (Σ out, B) scaled errors for the lazy update
+        mask1 = mask[:, i1:i2]  # (Σ out, B) view
         if nm is None:
-            # OBS saliency on the already-updated block (MASK_SELECTIONS), in float64
-            mask1 |= block_mask(W1.double().square() / dd, sparsity, rows, i1, i2, selection)
+            # OBS saliency on the already-updated block (MASK_SELECTIONS), in float64, each
+            # member's mask from its own rows
+            for r, p in zip(members, sparsities, strict=True):
+                scores = W1[r].double().square() / dd
+                mask1[r] |= block_mask(scores, p, r.stop - r.start, i1, i2, selection)
             keep1 = ~mask1
         else:
             keep1 = torch.empty_like(mask1)
@@ -283,14 +211,15 @@ def sparsegpt_prune(
                 mask1[:, g] = nm_prune_mask(W1[:, g].double().square() / dd[g], *nm)
                 keep1[:, g] = ~mask1[:, g]
             # (w − q)/U_jj with q = w on kept rows: w/U_jj where pruned, +0 where kept
-            err = W1[:, j].masked_fill(keep1[:, j], 0.0).div_(d[j])  # (out,)
+            err = W1[:, j].masked_fill(keep1[:, j], 0.0).div_(d[j])  # (Σ out,)
             W1[:, j + 1 :] -= torch.outer(err, U1[j, j + 1 :])
             err1[:, j] = err
         # q: column j is final once visited (later columns update only j+1:), so the pruned
         # weights are set to exactly 0 for the whole block at once
         W1.masked_fill_(mask1, 0.0)
-        loss += err1.double().square().sum()
-        lazy_update(W[:, i2:], err1, U[i1:i2, i2:])
+        for r, loss in zip(members, losses, strict=True):
+            loss += err1[r].double().square().sum()
+            lazy_update(W[r, i2:], err1[r], U[i1:i2, i2:])
 
     W[:, dead] = 0.0
     mask[:, dead] = True
@@ -299,9 +228,11 @@ def sparsegpt_prune(
         "damp_increases": factor.increases,
         "dead_columns": int(dead.sum().item()),
         "blocksize": blocksize,
-        "obs_loss": loss.item() / 2,
     }
-    return W, mask, info
+    return [
+        (W[r], mask[r], {**info, "obs_loss": loss.item() / 2})
+        for r, loss in zip(members, losses, strict=True)
+    ]
 
 
 @dataclass(frozen=True)
@@ -337,6 +268,7 @@ class SparseGPT(LinearwiseMethod):
     options_cls = SparseGPTOptions
     options: SparseGPTOptions
     loops_columns = True  # the OBS sweep (Alg. 1) visits every input column in Python
+    joint_bytes = 64 * 2**20  # q/k/v or gate/up swept as one matrix up to 64 MiB of float32
 
     def linear_products(self, out: int, inp: int, tokens: int, shared: bool) -> float:
         """The full Gram 2·tokens·in² (once per shared input), the inverse Cholesky factor
@@ -353,7 +285,12 @@ class SparseGPT(LinearwiseMethod):
             self._factor = None  # not kept alive past the layer (peak memory)
 
     def prune_weight(self, job: WeightJob) -> PrunedWeight:
-        stats = job.stats
+        return self.prune_weights([job])[0]
+
+    def prune_weights(self, jobs: list[WeightJob]) -> list[PrunedWeight]:
+        """One OBS sweep over linears reading one input (``sparsegpt_prune_group``), from
+        their shared factor."""
+        stats = jobs[0].stats
         if stats is None or stats.n_tokens == 0:
             raise ConfigError("sparsegpt needs calibration statistics from at least one token")
         opts = self.options
@@ -362,15 +299,14 @@ class SparseGPT(LinearwiseMethod):
             # H = 2·gram/n is scaled inside block by block: no (in, in) float32 copy
             self._factor = None  # the previous group's factor goes before the next is made
             h_scale = 2.0 / stats.n_tokens
-            self._factor = (stats, hessian_factor(stats.gram, opts.percdamp, h_scale, job.W.device))
-        W, mask, info = sparsegpt_prune(
-            job.W,
-            None,
-            job.sparsity,
-            job.nm,
+            factor = hessian_factor(stats.gram, opts.percdamp, h_scale, jobs[0].W.device)
+            self._factor = (stats, factor)
+        done = sparsegpt_prune_group(
+            [job.W for job in jobs],
+            [job.sparsity for job in jobs],
+            self._factor[1],
+            jobs[0].nm,
             opts.blocksize,
-            opts.percdamp,
             opts.selection,
-            factor=self._factor[1],
         )
-        return PrunedWeight(W, mask, info)
+        return [PrunedWeight(W, mask, info) for W, mask, info in done]

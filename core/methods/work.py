@@ -39,6 +39,13 @@ class WorkShape:
     def tokens(self) -> int:
         return self.nsamples * self.seqlen
 
+    def input_groups(self) -> list[list[str]]:
+        """The targeted roles by the input they read (``SHARED_INPUT``), in ``roles`` order."""
+        groups: dict[str, list[str]] = {}
+        for role in self.roles:
+            groups.setdefault(SHARED_INPUT.get(role, role), []).append(role)
+        return list(groups.values())
+
     def shares_input(self, role: str, seen: set[str]) -> bool:
         """Whether ``role`` reads an input whose statistics a role in ``seen`` already
         collected (q/k/v read one tensor, gate/up another: ``SHARED_INPUT``); adds its own."""
