@@ -216,21 +216,15 @@ class LinearwiseMethod(Method):
             )
             for role, lin in group
         ]
-        outs = self.prune_weights(jobs)
-        for (_, lin), out in zip(group, outs, strict=True):
+        extras = []
+        for (_, lin), out in zip(group, self.prune_weights(jobs), strict=True):
             lin.weight.copy_(out.W.to(lin.weight.dtype))
+            extras.append({"pruned": int(out.mask.sum().item()), **out.extra})
         seconds = time.perf_counter() - start
         rows = sum(job.W.shape[0] for job in jobs)
         return [
-            self._report(
-                ctx.index,
-                role,
-                lin.weight,
-                job,
-                {"pruned": int(out.mask.sum().item()), **out.extra},
-                seconds * job.W.shape[0] / rows,
-            )
-            for (role, lin), job, out in zip(group, jobs, outs, strict=True)
+            self._report(ctx.index, role, lin.weight, job, extra, seconds * job.W.shape[0] / rows)
+            for (role, lin), job, extra in zip(group, jobs, extras, strict=True)
         ]
 
     def _prune_linear(
@@ -254,7 +248,7 @@ class LinearwiseMethod(Method):
             out = self.prune_weight(job)
             weight.copy_(out.W.to(weight.dtype))
             extra = {"pruned": int(out.mask.sum().item()), **out.extra}
-        return self._report(layer, role, weight, job, extra, 0.0, start)
+        return self._report(layer, role, weight, job, extra, time.perf_counter() - start)
 
     def _report(
         self,
@@ -264,14 +258,11 @@ class LinearwiseMethod(Method):
         job: WeightJob,
         extra: dict[str, Any],
         seconds: float,
-        start: float | None = None,
     ) -> LinearReport:
         """A pruned linear's report row: ``job.W`` is its weight before, ``weight`` after;
-        ``seconds`` of pruning so far, plus the time since ``start`` when given."""
-        # .item() synchronises the device, so the timing covers the asynchronous kernels.
+        ``seconds`` its pruning, timed after an ``.item()`` synchronised the device (so the
+        asynchronous kernels are in it)."""
         zeros = int((weight == 0).sum().item())
-        if start is not None:
-            seconds += time.perf_counter() - start
         stats, sparsity = job.stats, job.sparsity
         if stats is None:
             rel_error = math.nan
