@@ -192,9 +192,7 @@ def spectrum(args, lm) -> None:
         f"{math.log10(lip / mu):.2f} decades. Power of the rule at {budget_words(PRODUCTION_STEPS)}"
         f", {STARTS} starts per control, 95 % Wilson intervals:"
     )
-    head = f"{'μ':>10}{'L':>9}{'supported':>24}{'false contr.':>14}{'x⁴ contradicted':>26}"
-    print(head)
-    print("-" * len(head))
+    header(f"{'μ':>10}{'L':>9}{'supported':>24}{'false contr.':>14}{'x⁴ contradicted':>26}")
     for row in power_table():
         p = detection_power(PRODUCTION_STEPS, row["mu"], lip=row["L"])
         s, c = p["supported"], p["contradicted"]
@@ -203,6 +201,12 @@ def spectrum(args, lm) -> None:
             f"{row['false_contradicted']:>14.0%}{c['rate']:>10.0%} [{c['lo']:.0%}, {c['hi']:.0%}]"
         )
     print(f"\nspectrum wall time {(time.perf_counter() - t0) / 60:.1f} min")
+
+
+def header(head: str) -> None:
+    """A table's header line, underlined."""
+    print(head)
+    print("-" * len(head))
 
 
 def mu_lambda(args, lm) -> None:
@@ -216,9 +220,7 @@ def mu_lambda(args, lm) -> None:
         f"train tokens (seed 0); production run (default options, λ_rel varied), checks at "
         f"their defaults; μ̂ = min PL ratio over the sampled points (q50, q90: its spread)"
     )
-    head = f"{'λ_rel':>8}{'λ':>11}{'μ̂':>11}{'q50':>11}{'q90':>11}{'μ̂ / λ':>9}  verdict"
-    print(head)
-    print("-" * len(head))
+    header(f"{'λ_rel':>8}{'λ':>11}{'μ̂':>11}{'q50':>11}{'q90':>11}{'μ̂ / λ':>9}  verdict")
     for lam_rel in LAM_RELS:
         opts = AttentionGDOptions(checks="full", lam=lam_rel)  # records the run judged below
         res = gd_prune_group(X, to_heads(Wqg, hd), Wkg.T, opts, rope, Mq0, Mk0)
@@ -233,9 +235,7 @@ def mu_lambda(args, lm) -> None:
         f"\ncontrol: ½(x − c)ᵀA(x − c) + ½λ‖x‖², A log-spaced over [{CONTROL_MU0:g}, 1] (N = 8), "
         f"μ(λ) = {CONTROL_MU0:g} + λ; production budget {PRODUCTION_STEPS} steps, {STARTS} starts"
     )
-    head = f"{'λ':>8}{'μ(λ)':>11}{'μ̂ median':>11}{'μ̂ min':>11}{'μ̂ max':>11}  supported"
-    print(head)
-    print("-" * len(head))
+    header(f"{'λ':>8}{'μ(λ)':>11}{'μ̂ median':>11}{'μ̂ min':>11}{'μ̂ max':>11}  supported")
     for lam in CONTROL_LAMS:
         outs = [
             judge_control(ridge_quadratic(CONTROL_MU0, lam, s), s, PRODUCTION_STEPS)
