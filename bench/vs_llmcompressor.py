@@ -10,12 +10,20 @@ the bench creates with ``torch==2.13.0`` and ``llmcompressor==0.14.0.1``, never 
 requirement) and PruneScope (``core.pruning.apply.apply_prune``). Both start from the same
 safetensors copy of the model and read the same calibration tensor from one file (C4 train,
 32 x 512, seed 0: the protocol's draw); both pruned models are scored by PruneScope's
-evaluator on the first 64 x 512 WikiText-2 test windows. Printed per configuration:
+evaluator on the first 64 x 512 WikiText-2 test windows. Printed per configuration and round:
 perplexity with its 95% window-bootstrap interval, pruning seconds (llm-compressor: the
 whole ``oneshot`` call; PruneScope: ``apply_prune``), peak RSS of the whole process up to
-the end of pruning, and the ratios PruneScope / llm-compressor. A warning is printed when
+the end of pruning, the ratios PruneScope / llm-compressor, and the share of PruneScope's mask
+entries that are those of its round-1 float32 run. A warning is printed when
 more than a quarter of a core was busy over the 5 s before a measurement: shared machines
 give no speed figures worth quoting.
+
+``--nudge-seeds 0 1 2 3`` measures both tools' numerical spread the same way: round r prunes a
+copy of the model whose token embeddings have a random half of their entries moved one
+float32 ulp (seed r; 0 is the model as is; ``sparsegpt_numerics.ulp_nudge``), so every
+layer-0 input moves by the size of the difference two CPUs' kernels make, identically for
+both sides. After the table, each side's perplexity spread (and time spread) over the
+rounds is printed: "parity" is overlapping intervals measured this way, not one draw each.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
+from sparsegpt_numerics import ulp_nudge
 
 from core.analysis.uncertainty import ppl_intervals
 from core.data import calibration_windows, eval_windows, load_corpus
@@ -95,6 +105,39 @@ def quiet_check(what: str) -> bool:
         )
         return False
     return True
+
+
+def nudged_copy(model_dir: Path, work: Path, seed: int) -> Path:
+    """A copy of a safetensors model folder with its token embeddings ulp-nudged (seed); the
+    other files are linked. Seed 0 is the folder itself."""
+    if seed == 0:
+        return model_dir
+    out = work / f"model-nudge{seed}"
+    out.mkdir(exist_ok=True)
+    for f in model_dir.iterdir():
+        if f.suffix != ".safetensors" and not (out / f.name).exists():
+            (out / f.name).symlink_to(f.resolve())
+    nudged = 0
+    for f in model_dir.glob("*.safetensors"):
+        tensors = load_file(f)
+        for name, t in tensors.items():
+            if name.endswith("embed_tokens.weight"):
+                ulp_nudge([t], seed)
+                nudged += 1
+        save_file(tensors, out / f.name, metadata={"format": "pt"})
+    if not nudged:
+        raise SystemExit(f"no embed_tokens.weight in {model_dir}: cannot nudge this model")
+    return out
+
+
+def spread(values: list[float]) -> str:
+    """mean, sd and range of a few figures, the last two in % of the mean."""
+    mean = float(np.mean(values))
+    sd = float(np.std(values, ddof=1))
+    return (
+        f"mean {mean:.4f}, sd {sd / mean:.2%}, range {(max(values) - min(values)) / mean:.2%} "
+        f"({min(values):.4f}-{max(values):.4f})"
+    )
 
 
 def ps_worker(args: argparse.Namespace) -> None:
@@ -161,6 +204,13 @@ def main() -> None:
     ap.add_argument("--seqlen", type=int, default=512)
     ap.add_argument("--max-windows", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument(
+        "--nudge-seeds",
+        nargs="*",
+        type=int,
+        help="one round per seed on a model with ulp-nudged embeddings (0: as is); "
+        "replaces --rounds",
+    )
     ap.add_argument("--only", nargs="*", choices=list(CONFIGS), default=list(CONFIGS))
     ap.add_argument(
         "--calib-dtypes",
@@ -205,10 +255,14 @@ def main() -> None:
     del lm
     torch.save(calib, work / "calib.pt")
     torch.save(windows, work / "windows.pt")
-    model_dir = str(gguf_folder(args.model)) if not Path(args.model).is_dir() else args.model
-    common = ["--model", args.model, "--device", args.device, "--windows", str(work / "windows.pt")]
+    base_dir = gguf_folder(args.model) if not Path(args.model).is_dir() else Path(args.model)
+    seeds = args.nudge_seeds if args.nudge_seeds else [0] * args.rounds
     rows, quiet = [], True
-    for rnd in range(args.rounds):
+    for rnd, seed in enumerate(seeds):
+        model_dir = str(nudged_copy(base_dir, work, seed))
+        ps_model = args.model if seed == 0 else model_dir
+        common = ["--model", ps_model, "--device", args.device]
+        common += ["--windows", str(work / "windows.pt")]
         for name in args.only:
             method, _, structure = CONFIGS[name]
             out_dir, lj, ej = (work / f"{name}-{rnd}{s}" for s in ("", "-l.json", "-e.json"))
@@ -267,7 +321,7 @@ def main() -> None:
                         str(work / f"{name}-{rnd}-m-{dtype}.pt"),
                     ]
                 )
-                rows.append((rnd, name, dtype, json.loads(pj.read_text()), llmc))
+                rows.append((rnd, seed, name, dtype, json.loads(pj.read_text()), llmc))
     quiet_word = "yes" if quiet else "NO"
     print(
         f"\n{args.model}, calibration {args.nsamples} x {args.seqlen} C4 (one tensor, both "
@@ -275,25 +329,45 @@ def main() -> None:
         f"{torch.get_num_threads()} threads, quiet machine: {quiet_word}"
     )
     print(
-        "| round | config | PS forwards | PPL PruneScope [95%] | PPL llm-compressor [95%] "
+        "| round | nudge seed | config | PS forwards | PPL PruneScope [95%] "
+        "| PPL llm-compressor [95%] "
         "| s PS | s llmc | s ratio | peak RSS PS MiB | llmc MiB | RSS ratio "
-        "| intervals overlap | masks as PS float32 |"
+        "| intervals overlap | masks as round 1 float32 |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for rnd, name, dtype, ps, lc in rows:
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for rnd, seed, name, dtype, ps, lc in rows:
         overlap = ps["ppl_lo"] <= lc["ppl_hi"] and lc["ppl_lo"] <= ps["ppl_hi"]
         t_ratio, m_ratio = ps["seconds"] / lc["seconds"], ps["peak_rss_mib"] / lc["peak_rss_mib"]
-        same = mask_agreement(
-            work / f"{name}-{rnd}-m-{F32}.pt", work / f"{name}-{rnd}-m-{dtype}.pt"
-        )
+        same = mask_agreement(work / f"{name}-0-m-{F32}.pt", work / f"{name}-{rnd}-m-{dtype}.pt")
         print(
-            f"| {rnd + 1} | {name} | {dtype} "
+            f"| {rnd + 1} | {seed} | {name} | {dtype} "
             f"| {ps['ppl']:.3f} [{ps['ppl_lo']:.2f}, {ps['ppl_hi']:.2f}] "
             f"| {lc['ppl']:.3f} [{lc['ppl_lo']:.2f}, {lc['ppl_hi']:.2f}] "
             f"| {ps['seconds']:.1f} | {lc['seconds']:.1f} | {t_ratio:.2f} "
             f"| {ps['peak_rss_mib']:.0f} | {lc['peak_rss_mib']:.0f} "
             f"| {m_ratio:.2f} | {'yes' if overlap else 'no'} | {same} |"
         )
+
+    if len(seeds) > 1:
+        print_spreads(rows)
+
+
+def print_spreads(rows: list) -> None:
+    """Each side's perplexity and pruning-time spread over the rounds, per configuration."""
+    print("\nover the rounds:")
+    for name in dict.fromkeys(r[2] for r in rows):
+        mine = [r for r in rows if r[2] == name]
+        llmc = list({r[0]: r[5] for r in mine}.values())  # one llm-compressor run per round
+        print(
+            f"{name} llm-compressor: PPL {spread([lc['ppl'] for lc in llmc])}; "
+            f"s {spread([lc['seconds'] for lc in llmc])}"
+        )
+        for dtype in dict.fromkeys(r[3] for r in mine):
+            ps = [r[4] for r in mine if r[3] == dtype]
+            print(
+                f"{name} PruneScope {dtype}: PPL {spread([p['ppl'] for p in ps])}; "
+                f"s {spread([p['seconds'] for p in ps])}"
+            )
 
 
 if __name__ == "__main__":
