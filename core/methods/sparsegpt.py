@@ -40,7 +40,6 @@ Differences from the reference ``fasterprune``:
 
 from __future__ import annotations
 
-import logging
 import math
 import numbers
 from dataclasses import dataclass
@@ -62,9 +61,6 @@ from core.pruning.masks import (
     select_kth,
 )
 from core.settings.field import option
-
-log = logging.getLogger(__name__)
-
 
 # How each block's unstructured mask is chosen from the OBS saliency w²/U_jj²:
 #   "exact": the block's share of the cumulative budget ⌊p·rows·i2⌋ − ⌊p·rows·i1⌋, ties to
