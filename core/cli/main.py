@@ -46,8 +46,6 @@ from core.sweeps.executors import LocalExecutor
 from core.sweeps.grid import GridJob, is_grid_job
 from core.sweeps.orchestrate import run_grid
 
-log = logging.getLogger("core.cli.main")
-
 HELP = {
     "eval": "dense perplexity of a model on a corpus",
     "prune": "prune a model and compare its perplexity with the dense one",

@@ -48,8 +48,6 @@ from core.evaluation.tasks import (
 )
 from core.progress import ProgressFn, report
 
-log = logging.getLogger(__name__)
-
 # Requests per HFLM call: large enough for its length sorting to pay, small enough to report.
 CHUNK = 256
 

@@ -11,7 +11,6 @@ run's stored ``qk`` arrays). Everything returns numpy for the figure builders.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,8 +24,6 @@ from core.models.load import LoadedModel
 from core.runs.resources import get_model
 from core.settings.config import ModelSpec
 from core.store.run_store import Run
-
-log = logging.getLogger(__name__)
 
 MAX_PROMPT_TOKENS = 64
 

@@ -6,7 +6,6 @@ lm-eval names; ``limit`` keeps the first N documents, like lm-eval's ``--limit``
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -14,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError, DataError
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -30,15 +30,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
-import logging
 import os
 import sys
 from pathlib import Path
 
 import torch
 from torch import nn
-
-log = logging.getLogger(__name__)
 
 
 def _libc() -> ctypes.CDLL | None:

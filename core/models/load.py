@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,8 +30,6 @@ from core.adapters import ModelAdapter, adapter_for, supported_families
 from core.errors import ModelLoadError
 from core.models.catalog import GGUF_MODELS, TINY_MODELS, available_models
 from core.models.gguf import gguf_config, load_gguf_model
-
-log = logging.getLogger(__name__)
 
 TINY_VOCAB = 260  # 256 bytes + end-of-text + padding to a round number
 TINY_CONTEXT = 1024

@@ -23,7 +23,6 @@ atomically under its run id.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import socket
@@ -45,8 +44,6 @@ from core.store.record import Run, RunRecord
 from core.store.reindex import INSERT, damage_message, is_corruption, open_index, row_values
 
 __all__ = ["Run", "RunRecord", "RunStore", "RunWriter", "pid_alive"]
-
-log = logging.getLogger(__name__)
 
 
 def default_root() -> Path:
