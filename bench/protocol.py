@@ -30,6 +30,19 @@ def protocol_parser(
     return ap
 
 
+def protocol_windows(tokenizer, data_dir: str, nsamples: int, seqlen: int, max_windows: int):
+    """The SparseGPT/Wanda parity protocol's tensors: calibration (nsamples, seqlen) from C4
+    train (seed 0) and the first ``max_windows`` evaluation windows of WikiText-2 test."""
+    from core.data import calibration_windows, eval_windows, load_corpus
+    from core.settings.config import DataSpec
+
+    calib = calibration_windows(
+        tokenizer, load_corpus(DataSpec("c4", "train", data_dir)), nsamples, seqlen, 0
+    )
+    test = load_corpus(DataSpec("wikitext2", "test", data_dir))
+    return calib, eval_windows(tokenizer, test, seqlen, max_windows)
+
+
 def store_path(args: argparse.Namespace, prefix: str) -> str:
     """The results store of this run: --store, or a fresh temp dir."""
     return args.store or tempfile.mkdtemp(prefix=prefix)

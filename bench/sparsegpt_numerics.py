@@ -20,19 +20,17 @@ import argparse
 import os
 import statistics
 import time
-from pathlib import Path
 
 import torch
+from protocol import SHARED_DATA, protocol_windows
 
 import core.pruning.layerwise as layerwise
-from core.data import calibration_windows, eval_windows, load_corpus
 from core.evaluation.perplexity import evaluate_perplexity
 from core.models.load import load_model
 from core.names import CALIB_DTYPES, F32
 from core.pruning.apply import apply_prune
-from core.settings.config import DataSpec, PruneConfig
+from core.settings.config import PruneConfig
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 _capture = layerwise.capture_layer_inputs
 
 
@@ -77,12 +75,7 @@ def main() -> None:
     ap.add_argument("--data-dir", default=str(SHARED_DATA))
     args = ap.parse_args()
     lm = load_model(args.model)
-    calib = calibration_windows(
-        lm.tokenizer, load_corpus(DataSpec("c4", "train", args.data_dir)), 32, 512, 0
-    )
-    windows = eval_windows(
-        lm.tokenizer, load_corpus(DataSpec("wikitext2", "test", args.data_dir)), 512, 64
-    )
+    calib, windows = protocol_windows(lm.tokenizer, args.data_dir, 32, 512, 64)
     del lm
     paths = [f"{k}={os.environ.get(k, '(default)')}" for k in ("MKL_CBWR", "ONEDNN_MAX_CPU_ISA")]
     env = f"{', '.join(paths)}, {torch.get_num_threads()} threads"

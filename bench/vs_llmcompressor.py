@@ -40,19 +40,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from protocol import SHARED_DATA, protocol_windows
 from safetensors.torch import load_file, save_file
 from sparsegpt_numerics import ulp_nudge
 
 from core.analysis.uncertainty import ppl_intervals
-from core.data import calibration_windows, eval_windows, load_corpus
 from core.evaluation.perplexity import evaluate_perplexity
 from core.models.gguf import gguf_folder
 from core.models.load import load_model
 from core.names import CALIB_DTYPES, F32
-from core.settings.config import DataSpec, PruneConfig
+from core.settings.config import PruneConfig
 
 HERE = Path(__file__).resolve().parent
-SHARED_DATA = HERE.parents[1] / "shared" / "data"
 LLMC_PINS = ("torch==2.13.0", "llmcompressor==0.14.0.1")
 CONFIGS = {  # name -> (method, PruneScope pattern, llm-compressor mask_structure)
     "wanda-50%": ("wanda", "unstructured", "0:0"),
@@ -239,18 +238,8 @@ def main() -> None:
     work = Path(args.work or tempfile.mkdtemp(prefix="vs-llmc-"))
     work.mkdir(parents=True, exist_ok=True)
     lm = load_model(args.model)
-    calib = calibration_windows(
-        lm.tokenizer,
-        load_corpus(DataSpec("c4", "train", args.data_dir)),
-        args.nsamples,
-        args.seqlen,
-        0,
-    )
-    windows = eval_windows(
-        lm.tokenizer,
-        load_corpus(DataSpec("wikitext2", "test", args.data_dir)),
-        args.seqlen,
-        args.max_windows,
+    calib, windows = protocol_windows(
+        lm.tokenizer, args.data_dir, args.nsamples, args.seqlen, args.max_windows
     )
     del lm
     torch.save(calib, work / "calib.pt")

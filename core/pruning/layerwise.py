@@ -144,7 +144,7 @@ class _StatsCollector:
             x = args[0]  # (B, L, in), float32 or (bfloat16 forwards) bfloat16
             flat = x.reshape(-1, x.shape[-1])
             if stat.gram is not None:
-                self.grams[id(stat)].add(flat.float().reshape(-1, x.shape[-2], x.shape[-1]))
+                self.grams[id(stat)].add(x.float())
             else:
                 # float32 squares are exact in float64; the CPU's vector width then moves
                 # the sum by ~1e-16 relative, not float32's ~1e-7 (bfloat16 goes straight
