@@ -19,10 +19,14 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
+# `core prepare` converts the embedded model once (a line of progress) and reads the other
+# packaged models' GGUF headers once, into the user cache; silent once done.
 run: $(STAMP)
+	$(PY) -m core prepare
 	$(PY) -m pages.serve --server.address 127.0.0.1 --server.port $(PORT)
 
 test: $(STAMP)
+	$(PY) -m core prepare
 	$(PY) -m pytest -m "" -q
 
 test-fast: $(STAMP)

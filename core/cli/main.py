@@ -30,6 +30,8 @@ from core.cli.output import TqdmProgress, print_human
 from core.errors import ConfigError, PruneScopeError, StoreError
 from core.families import family_support, method_patterns
 from core.methods import available_methods, get_method
+from core.models.catalog import EMBEDDED_MODEL
+from core.models.gguf import prepare
 from core.names import GRID_SWEEP
 from core.runs import RunOptions, effdim_report, execute
 from core.settings.commands import CHOICE, COMMANDS, FLAG, FLOAT, INT, LIST, Field, command_fields
@@ -140,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
 
     cli_compare.add_parser(sub)
+
+    sub.add_parser(
+        "prepare",
+        help="set-up: convert the embedded model once and read the other packaged models' "
+        "GGUF headers once (make run / make test call it; silent when done)",
+    )
 
     p = sub.add_parser("methods", help="the registered pruning methods and their --option keys")
     p.add_argument("--json", action="store_true")
@@ -285,6 +293,8 @@ def cmd_runs(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]]:
 
 
 def _dispatch(args: argparse.Namespace, progress: TqdmProgress) -> Any:
+    if args.command == "prepare":
+        return prepare(EMBEDDED_MODEL, lambda line: print(line, file=sys.stderr, flush=True))
     if args.command == "runs":
         return cmd_runs(args)
     if args.command == "methods":
@@ -320,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         print("cancelled", file=sys.stderr)
         return 130
     progress.close()
+    if args.command == "prepare":
+        return 0
     if getattr(args, "json", False):
         print(json.dumps(out, default=str))
     elif args.command == "compare":

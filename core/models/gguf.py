@@ -25,6 +25,8 @@ import logging
 import os
 import shutil
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -90,14 +92,59 @@ def converted_dir(name: str) -> Path:
     return cache_dir() / "models" / f"{name}-{gguf_path(name).stat().st_size}"
 
 
+def header_summary(name: str) -> Path:
+    """Where a packaged model's config, read once from its GGUF header, is kept until the model
+    is converted: beside the converted copy's folder, under the same key."""
+    target = converted_dir(name)
+    return target.parent / f"{target.name}.config.json"
+
+
 def gguf_config(name: str):
     """The transformers config of a packaged model, without loading any weight: the
-    converted copy's ``config.json``, else the GGUF header."""
+    converted copy's ``config.json``, else the cached header summary, else the GGUF header
+    (parsed once: the tokenizer's strings make it seconds, so the summary is kept)."""
     target = converted_dir(name)
     if (target / "config.json").is_file():
         return AutoConfig.from_pretrained(target)
+    summary = header_summary(name)
+    if summary.is_file():
+        return AutoConfig.from_pretrained(summary)
     gguf = gguf_path(name)
-    return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    _write_summary(config, summary)
+    return config
+
+
+def _write_summary(config, summary: Path) -> None:
+    """Save config as JSON at summary atomically (a reader never sees half a file)."""
+    summary.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".summary-", suffix=".json", dir=summary.parent)
+    os.close(fd)
+    try:
+        config.to_json_file(tmp)
+        os.replace(tmp, summary)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def prepare(default: str, say: Callable[[str], None]) -> None:
+    """The set-up step: convert the default packaged model once and keep every other packaged
+    model's header summary, so that no later plan, page or test parses a GGUF header; the
+    others convert on first use. Says a line per step it takes; silent when all is done."""
+    for name in GGUF_MODELS:
+        if (converted_dir(name) / "config.json").is_file():
+            continue
+        t0 = time.perf_counter()
+        if name == default:
+            say(f"converting {name} to safetensors once (GGUF -> {converted_dir(name)}) ...")
+            convert_gguf(name, converted_dir(name))
+        elif header_summary(name).is_file():
+            continue
+        else:
+            say(f"reading {name}'s GGUF header once (its config; converted on first use) ...")
+            gguf_config(name)
+        say(f"  done in {time.perf_counter() - t0:.1f} s")
 
 
 def gguf_folder(name: str) -> Path:

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +31,7 @@ from transformers import (
 from core.adapters import ModelAdapter, adapter_for, supported_families
 from core.errors import ModelLoadError
 from core.models.catalog import GGUF_MODELS, TINY_MODELS, available_models
-from core.models.gguf import gguf_config, load_gguf_model
+from core.models.gguf import converted_dir, gguf_config, header_summary, load_gguf_model
 
 TINY_VOCAB = 260  # 256 bytes + end-of-text + padding to a round number
 TINY_CONTEXT = 1024
@@ -112,11 +114,33 @@ def build_tiny_model(name: str = "tiny-llama", seed: int = 0, dtype=torch.float3
 
 def model_config(name: str, trust_remote_code: bool = False, revision: str | None = None):
     """The transformers config of a model, read without loading any weight: the tiny models'
-    own, a packaged model's converted ``config.json`` (its GGUF header before the first
-    conversion), else ``AutoConfig`` on the folder or Hub id. Raises ModelLoadError with the
-    same messages as ``load_model``."""
+    own, a packaged model's converted ``config.json`` (its GGUF header summary before the
+    first conversion), else ``AutoConfig`` on the folder or Hub id. Read once per process for
+    each (name, file) and handed out as a copy, so a caller may change it. Raises
+    ModelLoadError with the same messages as ``load_model``."""
     if name in TINY_MODELS:
         return tiny_config(name)
+    key = (name, trust_remote_code, revision, _config_source(name))
+    return copy.deepcopy(_read_config(*key))
+
+
+def _config_source(name: str) -> tuple:
+    """What a cached config is keyed by besides the name: the file it was read from (path,
+    size, mtime), so a conversion or an edited folder is read again."""
+    if name in GGUF_MODELS:
+        converted = converted_dir(name) / "config.json"
+        path = converted if converted.is_file() else header_summary(name)
+    else:
+        path = Path(name).expanduser() / "config.json"
+    try:
+        st = path.stat()
+    except OSError:
+        return (str(path),)
+    return (str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _read_config(name: str, trust_remote_code: bool, revision: str | None, _source: tuple):
     if name in GGUF_MODELS:
         return gguf_config(name)
     return _pretrained_config(name, trust_remote_code, revision)
