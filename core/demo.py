@@ -175,6 +175,35 @@ def demo_status(store: RunStore) -> QueueStatus | None:
     return queue_status(store, QUEUE)
 
 
+@dataclass(frozen=True)
+class PieceTime:
+    """One piece's time at a glance: taken so far (None before it starts) and still to go
+    (0 once finished; None when it cannot be estimated)."""
+
+    title: str
+    state: str
+    elapsed: float | None
+    remaining: float | None
+
+
+def piece_times(status: QueueStatus, estimates: Mapping[str, float | None]) -> list[PieceTime]:
+    """Per piece of a running set, its elapsed and remaining seconds: a waiting piece its
+    estimate (``estimates``: piece key -> seconds, as ``piece_seconds`` gives), a running one
+    what its estimate leaves after the time taken (never below 0: an estimate runs short
+    sometimes), a finished or skipped one nothing."""
+    rows = []
+    for item in status.items:
+        estimate = estimates.get(item.key)
+        if item.state == "waiting":
+            remaining = estimate
+        elif item.state == "running":
+            remaining = None if estimate is None else max(estimate - (item.elapsed or 0.0), 0.0)
+        else:
+            remaining = 0.0
+        rows.append(PieceTime(item.title, item.state, item.elapsed, remaining))
+    return rows
+
+
 def cancel_demo(store: RunStore) -> bool:
     return cancel_queue(store, QUEUE)
 

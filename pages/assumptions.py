@@ -17,6 +17,8 @@ from core.methods.attention_gd.audit import (
     TABLE_GROUPS,
     TABLE_HEADS,
     TABLE_TRAJECTORY,
+    checks_option,
+    verdict_tally,
 )
 from core.methods.attention_gd.controls import control_trajectories, controls
 from core.methods.attention_gd.power import (
@@ -164,11 +166,14 @@ def show_verdicts(run: Run, groups: pd.DataFrame) -> None:
     """The run's verdict, the count per verdict, and one group's GD trajectory."""
     m = run.metrics
     optimizer = judged_optimizer(run.config)
-    counts = groups["verdict"].value_counts()
-    c = st.columns(4)
-    c[0].metric("run verdict", str(m.get("gd_verdict", "–")))
-    for col, v in zip(c[1:], ("supported", "contradicted", "inconclusive"), strict=True):
-        col.metric(f"groups {v}", f"{int(counts.get(v, 0))} / {len(groups)}")
+    tally = verdict_tally(list(groups["verdict"]), checks_option(run.config))
+    c = st.columns(1 + len(tally))
+    c[0].metric("run verdict", str(m.get("gd_verdict", "–")).replace("_", " "))
+    for col, (v, n, _) in zip(c[1:], tally, strict=True):
+        col.metric(f"groups {v.replace('_', ' ')}", f"{n} / {len(groups)}")
+    for v, n, why in tally:
+        if n and why:
+            st.caption(f"{n} of {len(groups)} groups {v.replace('_', ' ')}: {why}.")
     st.caption(f"The rule's controls, and what each curve looks like, are under '{CONTROLS}'.")
     traj = run.table(TABLE_TRAJECTORY)
     c1, c2 = st.columns(2)

@@ -83,7 +83,7 @@ def demo_button(store: RunStore) -> None:
     model = demo_model()
     status = demo.demo_status(store)
     if status is not None and not status.finished:
-        st.info(f"The demo set is running ({status.n_done}/{len(status.items)} done).")
+        _demo_times(store, model)
         if st.button("Cancel the demo set", key="demo_cancel"):
             demo.cancel_demo(store)
             st.rerun()
@@ -100,6 +100,37 @@ def demo_button(store: RunStore) -> None:
         f"Runs on `{model}`, one after another: "
         + ", ".join(p.title for p in demo.demo_pieces(model))
         + ". Small token counts (the 'demo' preset): real numbers, noisy."
+    )
+
+
+@st.fragment(run_every=2.0)
+def _demo_times(store: RunStore, model: str) -> None:
+    """The running demo set piece by piece: time taken and the estimate still to go."""
+    status = demo.demo_status(store)
+    if status is None:
+        return
+    estimates = {
+        p.key: _estimate(str(store.root), p.key, model, store.version())
+        for p in demo.demo_pieces(model)
+    }
+    rows = demo.piece_times(status, estimates)
+    left = [r.remaining for r in rows]
+    total = "unknown" if None in left else f"about {fmt_seconds(sum(left))}"
+    st.info(f"The demo set is running ({status.n_done}/{len(status.items)} done; {total} left).")
+    st.dataframe(
+        [
+            {
+                "piece": r.title,
+                "state": r.state,
+                "time so far": fmt_seconds(r.elapsed) if r.elapsed is not None else "",
+                "still to go": ""
+                if r.state not in ("waiting", "running")
+                else fmt_seconds(r.remaining),
+            }
+            for r in rows
+        ],
+        hide_index=True,
+        key="demo_times",
     )
 
 

@@ -178,6 +178,8 @@ def fake_gd(store: RunStore) -> str:
                 "attn_fro_rel": 0.01,
             }
         )
+        if layer == 1:  # a group the sampled checks left out (checks = sample)
+            groups.append({**groups[-1], "group": 1, "verdict": "not_checked", "reason": ""})
         agree += [
             {
                 "layer": layer,
@@ -311,7 +313,17 @@ def test_assumptions_page_trajectories_and_summary(filled_store) -> None:
     at = open_page("assumptions")
     assert [c.key for c in at.get("plotly_chart")] == ["gd_traj"]  # the open tab's only
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["groups contradicted"] == "1 / 2" and metrics["run verdict"] == "contradicted"
+    assert metrics["run verdict"] == "contradicted"
+    counts = {k: v for k, v in metrics.items() if k.startswith("groups ")}
+    assert counts == {  # every group counted once: the headline adds up to its total
+        "groups supported": "1 / 3",
+        "groups contradicted": "1 / 3",
+        "groups inconclusive": "0 / 3",
+        "groups not checked": "1 / 3",
+    }
+    assert "1 of 3 groups not checked: checks = sample judges one group per layer" in texts(
+        at.caption
+    )
     at.selectbox(key="gd_layer").set_value(1)
     at.run()
     assert not at.exception

@@ -12,7 +12,7 @@ import socket
 import time
 
 import pytest
-from test_app import open_page  # the same AppTest helper as the page tests
+from test_app import open_page, texts  # the same AppTest helpers as the page tests
 
 from core import demo
 from core.cli.main import build_parser, field_values
@@ -170,6 +170,37 @@ def test_real_queue_of_two_tiny_runs(store) -> None:
     assert store.get(status.items[1].run_id).kind == "prune"
 
 
+def test_piece_times_say_what_each_piece_has_left() -> None:
+    states = [("a", "done", 12.0), ("b", "running", 30.0), ("c", "running", 70.0)]
+    states += [("d", "waiting", None), ("e", "waiting", None), ("f", "skipped", None)]
+    status = queue.QueueStatus(
+        "demo",
+        "running",
+        tuple(queue.ItemStatus(k, k.upper(), s, elapsed=e) for k, s, e in states),
+        elapsed=112.0,
+    )
+    estimates = {"a": 10.0, "b": 50.0, "c": 60.0, "d": 40.0, "e": None, "f": 5.0}
+    rows = demo.piece_times(status, estimates)
+    assert [(r.title, r.state, r.elapsed, r.remaining) for r in rows] == [
+        ("A", "done", 12.0, 0.0),
+        ("B", "running", 30.0, 20.0),  # its estimate less the time taken
+        ("C", "running", 70.0, 0.0),  # past its estimate: never negative
+        ("D", "waiting", None, 40.0),
+        ("E", "waiting", None, None),  # no estimate: unknown, not zero
+        ("F", "skipped", None, 0.0),
+    ]
+
+
+def test_a_running_items_elapsed_is_its_time_so_far(store) -> None:
+    write_queue(store, ("a", "b"))
+    state = queue.read_queue(store, "q")
+    state.update(pid=os.getpid(), host=socket.gethostname())
+    state["items"][0].update(state="running", started=time.time() - 42.0)
+    queue._write(store, "q", state)
+    first = queue.queue_status(store, "q").items[0]
+    assert first.state == "running" and 42.0 <= first.elapsed < 60.0
+
+
 # ---- the app: Home's button, the sidebar's progress ----------------------------------------------
 def demo_state(store: RunStore, states: list[str], pid: int | None) -> None:
     write_queue(store, tuple(f"p{i}" for i in range(len(states))))
@@ -194,6 +225,13 @@ def test_sidebar_shows_the_running_set(store) -> None:
     progress = list(at.sidebar.get("progress"))
     assert progress and "Demo set 1/3" in str(progress[0].proto.text)
     assert any(b.label == "Cancel the demo set" for b in at.button)
+    # Home: every piece with its time to go
+    times = next(d.value for d in at.dataframe if "still to go" in d.value.columns)
+    assert list(times["piece"]) == ["P0", "P1", "P2"]
+    assert list(times["state"]) == ["done", "running", "waiting"]
+    assert times["still to go"][0] == ""  # finished; the others have no estimate here
+    assert list(times["still to go"][1:]) == ["–", "–"]
+    assert "1/3 done; unknown left" in texts(at.info)
 
 
 def test_sidebar_says_how_a_finished_set_ended(store) -> None:

@@ -59,7 +59,7 @@ class ItemStatus:
     state: str  # "waiting" | "running" | one of FINISHED | "skipped"
     job_id: str | None = None
     run_id: str | None = None
-    elapsed: float | None = None
+    elapsed: float | None = None  # seconds: taken when finished, so far while running
     error: str | None = None
 
 
@@ -148,9 +148,11 @@ def queue_status(store: RunStore, name: str) -> QueueStatus | None:
     running = alive(state.get("pid"), state.get("host"))
     items, current = [], None
     for it in state["items"]:
-        status = it["state"]
+        status, elapsed = it["state"], it.get("elapsed")
         if status == "running" and not running:
             status = "interrupted"
+        if status == "running" and it.get("started"):  # so far: the item records it at the end
+            elapsed = time.time() - it["started"]
         items.append(
             ItemStatus(
                 it["key"],
@@ -158,7 +160,7 @@ def queue_status(store: RunStore, name: str) -> QueueStatus | None:
                 status,
                 it.get("job_id"),
                 it.get("run_id"),
-                it.get("elapsed"),
+                elapsed,
                 it.get("error"),
             )
         )

@@ -20,6 +20,30 @@ from core.pruning.masks import score_mask
 TABLE_TRAJECTORY, TABLE_GROUPS = "gd_trajectory", "gd_groups"
 TABLE_HEADS, TABLE_AGREEMENT = "gd_heads", "gd_agreement"
 UNCHECKED: dict[str, Any] = {"verdict": "not_checked"}
+VERDICT_ORDER = ("supported", "contradicted", "inconclusive", "not_checked")
+# Why a group was not judged, by the run's ``checks`` option (options.AttentionGDOptions).
+UNCHECKED_WHY = {
+    "sample": "checks = sample judges one group per layer (the checks cost about twice the "
+    "descent); the others are not checked",
+    "none": "checks = none: no group is judged",
+    "full": "every group is judged; a group without a recorded trajectory is not checked",
+}
+
+
+def checks_option(config: dict[str, Any]) -> str:
+    """The ``checks`` option a stored attention-gd run ran with (its default when absent)."""
+    options = dict((config.get("prune") or {}).get("options") or ())
+    return str(options.get("checks", "sample"))
+
+
+def verdict_tally(verdicts: list[str], checks: str) -> list[tuple[str, int, str]]:
+    """(verdict, count, why) in VERDICT_ORDER, counting every group once, so the counts add up
+    to the number of groups; ``why`` is said for "not_checked" only."""
+    counts = [(v, sum(x == v for x in verdicts)) for v in VERDICT_ORDER]
+    other = len(verdicts) - sum(n for _, n in counts)
+    if other:  # a verdict this list does not know is counted, not dropped
+        counts.append(("other", other))
+    return [(v, n, UNCHECKED_WHY.get(checks, "") if v == "not_checked" else "") for v, n in counts]
 
 
 def agreement_rows(ctx, W, keep, sparsity, col_sq, scope: str, start=None) -> list[dict[str, Any]]:
