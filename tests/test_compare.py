@@ -16,7 +16,7 @@ from core.analysis.departure import (
 )
 from core.errors import ConfigError
 from core.evaluation.compare import kl_rows, lens_logits, trace
-from core.evaluation.generate import Decoding, generate
+from core.evaluation.generate import Decoding, generate, next_token
 from core.names import A_REBUILD
 from core.runs import run_prune, run_slice
 from core.runs.comparison import compare_model, compare_run, how_built, window_nll_diff
@@ -57,6 +57,36 @@ def test_greedy_is_deterministic_and_sampling_follows_the_seed(tiny) -> None:
         Decoding(0)
     with pytest.raises(ConfigError):
         Decoding(8, top_p=0.0)
+
+
+def test_different_seeds_draw_different_continuations(tiny) -> None:
+    ids = tiny.tokenizer(TEXT)["input_ids"]
+    draws = {tuple(generate(tiny, ids, Decoding(8, temperature=1.0, seed=s))) for s in range(4)}
+    assert len(draws) == 4  # a near-uniform random model: four seeds, four continuations
+
+
+def draws(logits: list[float], dec: Decoding, n: int = 2000) -> torch.Tensor:
+    """How often next_token picks each token over n draws from one seeded stream."""
+    gen = torch.Generator().manual_seed(dec.seed)
+    picks = [next_token(torch.tensor(logits), dec, gen) for _ in range(n)]
+    return torch.bincount(torch.tensor(picks), minlength=len(logits)) / n
+
+
+def test_sampling_follows_softmax_over_the_temperature() -> None:
+    logits = [2.0, 1.0, 0.0]
+    for t in (1.0, 2.0):
+        expected = torch.softmax(torch.tensor(logits) / t, -1)
+        # 2000 draws: each frequency's standard error is at most 0.011
+        assert torch.allclose(draws(logits, Decoding(8, temperature=t)), expected, atol=0.04)
+    assert draws(logits, Decoding(8, temperature=0.05))[0] == 1.0  # cold: the argmax only
+
+
+def test_top_p_keeps_the_smallest_nucleus_and_renormalises() -> None:
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.2])).tolist()
+    assert draws(logits, Decoding(8, temperature=1.0, top_p=0.5))[0] == 1.0
+    freq = draws(logits, Decoding(8, temperature=1.0, top_p=0.7))
+    assert freq[2] == 0.0  # outside the nucleus: never drawn
+    assert abs(freq[0] - 0.5 / 0.8) < 0.04 and abs(freq[1] - 0.3 / 0.8) < 0.04
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ elsewhere)."""
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import pytest
@@ -29,7 +30,34 @@ def test_helpers_run_and_peak_is_measured() -> None:
     memory.release_freed()
     memory.reset_peak_rss()
     assert memory.peak_rss_mb() > 0
-    assert isinstance(memory.trim_heap(), bool)
     if sys.platform.startswith("linux"):
         assert memory.proc_status_mb("VmRSS") > 0
     assert memory.proc_status_mb("NoSuchField") is None
+
+
+LINUX_GLIBC = sys.platform.startswith("linux") and memory._LIBC is not None
+
+
+@pytest.mark.skipif(not LINUX_GLIBC, reason="VmHWM and malloc_trim are Linux/glibc's")
+def test_reset_peak_rss_restarts_the_high_water_mark() -> None:
+    big = torch.ones(200 * 2**20 // 4)  # 200 MiB, touched
+    del big
+    memory.release_freed()
+    rss = memory.proc_status_mb("VmRSS")
+    assert memory.peak_rss_mb() > rss + 150  # the freed tensor is still the peak
+    memory.reset_peak_rss()
+    assert memory.peak_rss_mb() < rss + 50  # a phase measured from here does not see it
+
+
+@pytest.mark.skipif(not LINUX_GLIBC, reason="VmHWM and malloc_trim are Linux/glibc's")
+def test_trim_heap_gives_freed_heap_pages_back() -> None:
+    # ~170 MiB of heap blocks under the mmap threshold, the last one kept: free() alone cannot
+    # shrink the heap past it, malloc_trim returns the pages in between.
+    blocks = [bytes(bytearray(60_000)) for _ in range(3000)]
+    last = blocks[-1]
+    del blocks
+    gc.collect()
+    before = memory.proc_status_mb("VmRSS")
+    assert memory.trim_heap() is True
+    assert memory.proc_status_mb("VmRSS") < before - 100
+    assert len(last) == 60_000
