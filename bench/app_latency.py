@@ -277,9 +277,11 @@ def main() -> None:
                 ensure_prune_run(store)
             timings: dict = {}
             url = stack.enter_context(
-                streamlit_server(store, warmed=not args.cold, timings=timings)
+                streamlit_server(store, warmed=not args.cold, timings=timings, prepare=True)
             )
             how = "streamlit run app.py" if args.cold else "python -m pages.serve (make run)"
+            if "prepare_s" in timings:
+                print(f"set-up (python -m core prepare): {timings['prepare_s']:.2f} s")
             print(f"server: {how}, healthy {timings['start_s']:.2f} s after launch")
         print_table(*measure(url.rstrip("/"), args.repeat))
     first, load_s = framework_floor(args.repeat)

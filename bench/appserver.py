@@ -108,13 +108,17 @@ def streamlit_server(
     warmed: bool = True,
     script: Path | None = None,
     timings: dict | None = None,
+    prepare: bool = False,
 ) -> Iterator[str]:
     """The app on a free port with PRUNESCOPE_HOME=store_root; yields its URL.
 
-    warmed: started as ``make run`` starts it (``python -m pages.serve``: imports and per-process
-    caches paid before the port opens); False: plain ``streamlit run app.py``, every cost left to
-    the first page. script: ``streamlit run`` this script instead of the app (a reference).
-    ``timings["start_s"]`` (when given): seconds from launch to a healthy server.
+    warmed: started as ``make run`` starts it (``python -m pages.serve``: imports and
+    per-process caches paid before the port opens); False: plain ``streamlit run app.py``,
+    every cost left to the first page. script: ``streamlit run`` this script instead of the
+    app (a reference). prepare: run make run's set-up step (``python -m core prepare``) first,
+    as a newcomer's first ``make run`` does on an empty user cache.
+    ``timings["start_s"]`` (when given): seconds from launch to a healthy server;
+    ``timings["prepare_s"]``: the set-up step's seconds.
     """
     port = free_port()
     env = dict(os.environ, PRUNESCOPE_HOME=str(store_root), HF_HUB_OFFLINE="1")
@@ -135,6 +139,11 @@ def streamlit_server(
         "--browser.gatherUsageStats",
         "false",
     ]
+    if prepare:
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-m", "core", "prepare"], cwd=ROOT, env=env, check=True)
+        if timings is not None:
+            timings["prepare_s"] = time.monotonic() - t0
     t0 = time.monotonic()
     with log_file.open("w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -210,6 +219,17 @@ def open_page(page, url: str, name: str, timeout_ms: int = 60_000) -> None:
     page.goto(f"{url}/{PAGES[name]}")
     wait_run(page, 0, timeout_ms)
     wait_charts(page, timeout_ms)
+
+
+def cut_metrics(page) -> list[str]:
+    """The metric values on the page that the browser cut off (drawn with an ellipsis: the
+    text is wider than its box), as their full text."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll("[data-testid='stMetricValue']")]
+                 .filter(m => [m, ...m.querySelectorAll('*')]
+                              .some(e => e.scrollWidth > e.clientWidth + 1))
+                 .map(m => m.innerText)"""
+    )
 
 
 def nav_link(page, name: str):

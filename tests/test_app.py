@@ -256,10 +256,23 @@ def test_home_page_says_what_device_and_models(store_root) -> None:
     assert r"\tfrac12 \lambda" in formulas and r"\eta \nabla L" in formulas
 
 
+# What each page says on an empty store instead of a result (its empty state).
+EMPTY_STATE = {
+    "prune": "No finished pruning run yet",
+    "runs": "The store is empty",
+}
+
+
 @pytest.mark.parametrize("page", PAGES[1:])
 def test_pages_render_on_an_empty_store(store_root, page) -> None:
     at = open_page(page)
     assert not at.error
+    if page in EMPTY_STATE:
+        assert EMPTY_STATE[page] in texts(at.info)
+    if page == "prune":  # the form, ready to run, with its estimate
+        assert at.selectbox(key="model").value == "smollm2-135m"
+        assert re.search(r"Estimated duration: \*\*about \d", texts(at.caption))
+        assert [b.label for b in at.button] == ["Run"]
     if page in ("repdim", "attention", "assumptions"):
         # the run it needs, startable in place with its estimated time; the CLI line beside it
         starts = [b.label for b in at.button if b.label.startswith("Run ")]

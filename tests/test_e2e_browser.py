@@ -22,6 +22,7 @@ from appserver import (
     PAGES,
     choose,
     chromium_page,
+    cut_metrics,
     fit_viewport,
     open_page,
     streamlit_server,
@@ -146,6 +147,11 @@ def test_populate_every_page_then_every_page_has_a_chart(tmp_path, shots, record
         progress = re.compile(r"Demo set \d+/\d+")
         sidebar = page.locator("[data-testid='stSidebar']")
         sidebar.get_by_text(progress).wait_for(timeout=60_000)
+        # Home: every piece with its time to go, while the set runs
+        page.get_by_text(re.compile(r"The demo set is running \(\d+/\d+ done; ")).wait_for(
+            timeout=60_000
+        )
+        assert page.get_by_text("still to go").count() >= 1
         open_page(page, url, "Runs")  # the set's progress follows the user to any page
         sidebar.get_by_text(progress).wait_for(timeout=30_000)
         store = RunStore(root)
@@ -173,6 +179,15 @@ def test_populate_every_page_then_every_page_has_a_chart(tmp_path, shots, record
             )
             assert errors.count() == 0, (name, errors.all_inner_texts())
             fit_viewport(page)
+            assert cut_metrics(page) == [], name  # no value ends in "…"
+            if name == "Assumption checks":  # the headline adds up to its total
+                shown = page.evaluate(
+                    """() => [...document.querySelectorAll("[data-testid='stMetric']")]
+                             .map(m => m.innerText)"""
+                )
+                counts = [re.search(r"(\d+) / (\d+)", t) for t in shown if "groups" in t]
+                assert len(counts) == 4 and len({c[2] for c in counts}) == 1, shown
+                assert sum(int(c[1]) for c in counts) == int(counts[0][2]), shown
             page.screenshot(path=str(shots / f"demo-{PAGES_SLUG[name]}.png"))
     assert not any(
         "Traceback" in line for line in (tmp_path / "server.log").read_text().splitlines()
