@@ -26,6 +26,15 @@ class StoreIndexError(StoreError):
     """The store's index (index.sqlite) is damaged; its run folders can rebuild it."""
 
 
+class DamagedRunError(StoreError):
+    """A stored run's folder is damaged (a file missing, cut short or unreadable): the
+    message names the run, the file and the way out (``core.store.integrity``)."""
+
+    def __init__(self, message: str, run_id: str = "", file: str = "") -> None:
+        super().__init__(message)
+        self.run_id, self.file = run_id, file
+
+
 class NumericalError(PruneScopeError):
     """A numerical procedure failed (e.g. a Hessian that stays non positive-definite)."""
 

@@ -11,6 +11,7 @@ import streamlit as st
 
 from core import figures
 from core.demo import PAGE_ASSUMPTIONS
+from core.errors import DamagedRunError
 from core.methods.attention_gd import RULE
 from core.methods.attention_gd.audit import (
     TABLE_AGREEMENT,
@@ -39,6 +40,7 @@ from pages.common import (
     open_section,
     pick_run,
     require_frame,
+    store_reads,
 )
 from pages.gd_views import show_standing
 from pages.starters import offer_run
@@ -283,8 +285,12 @@ def show_audit(run: Run) -> None:
 @st.cache_data(show_spinner=False, max_entries=4096)
 def has_checks(run_id: str, stamp: float, _rec: RunRecord) -> bool:
     """Whether a finished attention-gd run stored its per-group checks (one listing of its
-    tables per run and finish time, not one per render)."""
-    return TABLE_GROUPS in Run(_rec, store.run_dir(run_id)).tables()
+    tables per run and finish time, not one per render). A damaged run is listed: picking
+    it says what is damaged."""
+    try:
+        return TABLE_GROUPS in Run(_rec, store.run_dir(run_id)).tables()
+    except DamagedRunError:
+        return True
 
 
 # ---- page ----------------------------------------------------------------------------------------
@@ -293,15 +299,19 @@ gd_runs = [
     for r in list_runs(store, kind="prune", status="done")
     if r.method == "attention-gd" and has_checks(r.id, r.finished or 0.0, r)
 ]
-run = store.load(pick_run("Run", gd_runs, key="gd_run").id) if gd_runs else None
-if run is None:  # the controls still teach how to read the curves meanwhile
+picked = pick_run("Run", gd_runs, key="gd_run") if gd_runs else None
+run = None
+if picked is None:  # the controls still teach how to read the curves meanwhile
     offer_run(store, PAGE_ASSUMPTIONS, "No attention-gd run with assumption checks yet.")
+else:
+    with store_reads():  # a damaged run: its message below the picker
+        run = store.load(picked.id)
 section, pane = open_section(
     [VERDICTS, ESTIMATES, AUDIT, STANDING, CONTROLS],
     key="gd_section",
     default=None if run else CONTROLS,
 )
-with pane:
+with pane, store_reads():
     if section == CONTROLS:
         show_controls()
     elif run is None:

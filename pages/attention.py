@@ -9,7 +9,7 @@ import streamlit as st
 
 from core import figures
 from core.demo import PAGE_ATTENTION
-from core.errors import PruneScopeError
+from core.errors import DamagedRunError, PruneScopeError
 from core.evaluation import attention_maps as am
 from core.store.run_store import Run, RunRecord
 from pages.common import (
@@ -20,6 +20,7 @@ from pages.common import (
     require_frame,
     run_label,
     show_error,
+    store_reads,
 )
 from pages.gd_views import show_standing
 from pages.starters import offer_run
@@ -47,8 +48,12 @@ def _targets(rec: RunRecord) -> str | None:
 @st.cache_data(show_spinner=False, max_entries=4096)
 def has_qk(run_id: str, stamp: float, _rec: RunRecord) -> bool:
     """Whether a finished run stored its pruned W_Q/W_K (read once per run: a header of
-    its folder, without another index query)."""
-    return "layer0.q" in Run(_rec, store.run_dir(run_id)).array_keys("qk")
+    its folder, without another index query). A damaged run is listed: picking it says
+    what is damaged."""
+    try:
+        return "layer0.q" in Run(_rec, store.run_dir(run_id)).array_keys("qk")
+    except DamagedRunError:
+        return True
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -200,7 +205,7 @@ def sections(
         help=f"the first {am.MAX_PROMPT_TOKENS} tokens are used; Ctrl+Enter applies it",
     )
     section, pane = open_section([MAPS, ERRORS, MASKS], key="attn_section")
-    with pane:
+    with pane, store_reads():
         if section == MASKS:
             mask_view(run, layer, head, kv_head, head_dim, stamps[run.id])
             return
@@ -232,14 +237,13 @@ if not runs:
 
 stamps = {r.id: r.finished or 0.0 for r in runs}
 run_rec = pick_run("Run", runs, key="attn_run")
-run = store.load(run_rec.id)
-geo = run.metrics.get("model") or {}
-n_layers, n_heads = int(geo.get("n_layers", 1)), int(geo.get("n_heads", 1))
-n_kv, head_dim = int(geo.get("n_kv_heads", n_heads)), int(geo.get("head_dim", 1))
-c1, c2 = st.columns(2)
-layer = c1.slider("Layer", 0, n_layers - 1, 0, key="attn_layer") if n_layers > 1 else 0
-head = c2.slider("Query head", 0, n_heads - 1, 0, key="attn_head") if n_heads > 1 else 0
-kv_head = head // max(n_heads // n_kv, 1)
-
-
-sections(run_rec, run, runs, stamps, layer, head, kv_head, head_dim)
+with store_reads():  # a damaged run: its message below the picker
+    run = store.load(run_rec.id)
+    geo = run.metrics.get("model") or {}
+    n_layers, n_heads = int(geo.get("n_layers", 1)), int(geo.get("n_heads", 1))
+    n_kv, head_dim = int(geo.get("n_kv_heads", n_heads)), int(geo.get("head_dim", 1))
+    c1, c2 = st.columns(2)
+    layer = c1.slider("Layer", 0, n_layers - 1, 0, key="attn_layer") if n_layers > 1 else 0
+    head = c2.slider("Query head", 0, n_heads - 1, 0, key="attn_head") if n_heads > 1 else 0
+    kv_head = head // max(n_heads // n_kv, 1)
+    sections(run_rec, run, runs, stamps, layer, head, kv_head, head_dim)

@@ -6,6 +6,8 @@ small things: ``job_id`` (the Prune page's job) and ``selected_run``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +15,9 @@ import pandas as pd
 import streamlit as st
 
 from core import jobs
-from core.errors import PruneScopeError, StoreIndexError
+from core.errors import PruneScopeError, StoreError, StoreIndexError
 from core.names import STAGES
+from core.store.integrity import files_stamp
 from core.store.reindex import damage_message, index_damage, rebuild_index
 from core.store.run_store import RunRecord, RunStore, default_root
 
@@ -76,6 +79,20 @@ def list_runs(
 ) -> list[RunRecord]:
     """``store.list`` read once per version of the store's index (RunStore.version)."""
     return _listed(str(store.root), store.version(), kind, status)
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def _damaged(root: str, version: tuple, stamp: tuple) -> dict[str, str]:
+    store = _open_store(root)
+    found = {r.id: store.damage(r) for r in store.list(status="done")}
+    return {run_id: message for run_id, message in found.items() if message}
+
+
+def damaged_runs(store: RunStore) -> dict[str, str]:
+    """Finished runs whose folder is damaged -> the message naming the file and the way out
+    (core.store.integrity); checked again only when the index or a run's files change."""
+    stamp = files_stamp(store.root / "runs")
+    return _damaged(str(store.root), store.version(), stamp)
 
 
 @st.cache_resource(show_spinner=False)
@@ -145,6 +162,16 @@ def show_error(exc: BaseException) -> None:
         st.error(str(exc))
     else:
         st.error(f"{type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def store_reads() -> Iterator[None]:
+    """Draw what reads stored runs: a run that is damaged (core.store.integrity) or gone ends
+    the block with its one message; what was drawn before it and the rest of the page stay."""
+    try:
+        yield
+    except StoreError as exc:
+        show_error(exc)
 
 
 def fmt_seconds(s: float | None) -> str:

@@ -150,7 +150,11 @@ def layer_view(results: dict[str, cmp.RunComparison]) -> list:
 @st.fragment
 def comparison(run_ids: list[str]) -> None:
     """The text and the three views: a fragment, so a new text reruns this part alone."""
-    first = store.load(run_ids[0])
+    try:
+        first = store.load(run_ids[0])
+    except PruneScopeError as exc:  # e.g. a damaged run (core.store.integrity)
+        show_error(exc)
+        return
     choice = st.radio(
         "Text",
         [*cmp.PROMPTS, OWN],

@@ -11,7 +11,7 @@ import streamlit as st
 
 from core import figures, jobs
 from core.analysis.tables import DENSE_ACC, accuracy_beside_dense
-from core.errors import PruneScopeError, StoreError
+from core.errors import PruneScopeError
 from core.planning.fit import plan_fit
 from core.settings import request as requests
 from core.settings.commands import command_fields, defaults
@@ -27,6 +27,7 @@ from pages.common import (
     show_error,
     show_job,
     start_and_follow,
+    store_reads,
 )
 from pages.forms import (
     PRESET_FIELDS,
@@ -205,11 +206,11 @@ def show_accuracy(run: Run) -> None:
 
 
 def show_result(run_id: str) -> None:
-    try:
-        run = store.load(run_id)
-    except StoreError as exc:
-        show_error(exc)
-        return
+    with store_reads():  # a damaged run: its message, where its result would be
+        draw_result(store.load(run_id))
+
+
+def draw_result(run: Run) -> None:
     headline(run)
     tables = run.tables()
     if "layers" in tables:

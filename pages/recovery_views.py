@@ -14,7 +14,7 @@ from core.data import default_data_dir
 from core.errors import PruneScopeError
 from core.names import PRUNED_KINDS, RECOVER, T_RECOVERY
 from core.settings.commands import command_fields, defaults
-from core.store.run_store import RunRecord, RunStore
+from core.store.run_store import Run, RunRecord, RunStore
 from pages import forms
 from pages.common import (
     current_job,
@@ -24,6 +24,7 @@ from pages.common import (
     show_error,
     show_job,
     start_and_follow,
+    store_reads,
 )
 
 JOB_KEY = "recover_job"
@@ -51,7 +52,12 @@ def _form(rec: RunRecord, running: bool) -> dict[str, Any] | None:
 
 def show_recovery(store: RunStore, run_id: str) -> None:
     """A recover run: perplexity before/after beside the dense model's, the curve, the zeros."""
-    run = store.load(run_id)
+    with store_reads():  # a damaged run: its message in its place
+        draw_recovery(store.load(run_id))
+
+
+def draw_recovery(run: Run) -> None:
+    run_id = run.id
     m = run.metrics
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("perplexity before", f"{m['parent_ppl']:.3f}")

@@ -30,6 +30,7 @@ from pages.common import (
     show_error,
     show_job,
     start_and_follow,
+    store_reads,
 )
 from pages.forms import (
     PRESET_FIELDS,
@@ -322,7 +323,7 @@ RECOVERY = "After recovery"
 sweep_launcher()
 section, pane = open_section([SWEEP, BUDGETS, EFFDIM, RECOVERY], key="repdim_section")
 version = (str(store.root), *store.version())  # keys the cached tables below
-with pane:
+with pane, store_reads():
     if section == SWEEP:
         sweeps = list_runs(store, kind="sweep", status="done")
         if sweeps:

@@ -11,7 +11,7 @@ from core import figures, jobs
 from core.analysis.tables import runs_frame
 from core.errors import PruneScopeError
 from core.store.report import report_html
-from pages.common import get_store, list_runs, require_frame, show_error
+from pages.common import damaged_runs, get_store, list_runs, require_frame, show_error
 from pages.recovery_views import recovery_panel
 
 require_frame(__file__)
@@ -28,6 +28,15 @@ if not records:
     st.stop()
 
 table = runs_frame(records)
+damaged = damaged_runs(store)  # finished runs whose folder is damaged (core.store.integrity)
+if damaged:
+    hit = table["id"].isin(damaged)
+    table.loc[hit, "status"] = "damaged"
+    table.loc[hit, "error"] = table.loc[hit, "id"].map(damaged)
+    st.warning(
+        f"{len(damaged)} run(s) are damaged (status 'damaged'): select one to read which file "
+        "and the way out. They cannot be exported or reported."
+    )
 # Deleting bumps the version: a fresh table widget, so no stale row selection survives.
 version = st.session_state.setdefault("runs_version", 0)
 selection = st.dataframe(

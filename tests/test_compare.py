@@ -22,6 +22,7 @@ from core.runs import run_prune, run_slice
 from core.runs.comparison import compare_model, compare_run, how_built, window_nll_diff
 from core.runs.resources import get_eval_windows, get_model
 from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
+from core.store.integrity import MANIFEST
 from core.store.report import PROVENANCE_ID
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
@@ -170,7 +171,7 @@ def test_cli_compare_and_report(store_root, tiny_flags, capsys, tmp_path) -> Non
     human = capsys.readouterr().out
     assert "continuation:" in human and "part" in human and "KL(dense||pruned)" in human
     assert main([*args, "--top-p", "0"]) == 2  # refused before any model is built
-    html = tmp_path / "r" / "report.html"
+    html = tmp_path / "report.html"
     assert main(["runs", "report", run_id, str(html), "--store", str(store_root)]) == 0
     text = html.read_text()
     assert f"id='{PROVENANCE_ID}'" in text and run_id in text and "plotly" in text.lower()
@@ -191,7 +192,9 @@ def test_an_older_run_is_rebuilt_once_then_restored_from_its_folder(store, wanda
     from core.runs import comparison
 
     run = store.load(wanda_run["run_id"])
-    (run.dir / "arrays" / f"{A_REBUILD}.safetensors").unlink()  # as stored before the arrays
+    # as stored before the arrays (and before runs listed their files in files.json)
+    (run.dir / "arrays" / f"{A_REBUILD}.safetensors").unlink()
+    (run.dir / MANIFEST).unlink()
     assert how_built(run) == "rebuilt"
     comparison._MODELS.clear()
     _, how = compare_model(store, run)

@@ -189,6 +189,7 @@ def test_job_runs_to_done_under_its_planned_id(bg_jobs) -> None:
     assert run.metrics["ppl"] > 0 and "layers" in run.tables()
     job = json.loads(jobs.job_path(store, job_id).read_text())
     assert "--save" in job["argv"] and "--quiet" in job["argv"]
+    assert "--force" in job["argv"]  # the app's own model folder is written over on a rerun
 
 
 def test_unplanned_job_finds_its_run_by_pid(bg_jobs) -> None:

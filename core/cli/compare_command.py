@@ -30,7 +30,8 @@ def cmd_compare(args: argparse.Namespace, progress: Any) -> dict[str, Any]:
     """Every run beside the dense model; decoding checked before any model is built."""
     dec = Decoding(args.max_new_tokens, args.temperature, args.top_p, args.seed)
     store = RunStore(args.store)
-    ids = [store.get(r).id for r in args.run_ids]  # unknown ids fail before any work
+    # unknown, unfinished or damaged runs fail before any model is built
+    ids = [store.load(r).id for r in args.run_ids]
     runs = [compare_run(store, rid, args.prompt, dec, progress=progress) for rid in ids]
     return {
         "prompt": args.prompt,

@@ -17,7 +17,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,10 @@ from typing import Any
 import transformers
 
 from core.cli import compare_command as cli_compare
+from core.cli import runs_command as cli_runs
 from core.cli import sweep_command as cli_sweep
 from core.cli.output import TqdmProgress, print_human
-from core.errors import ConfigError, PruneScopeError, StoreError
+from core.errors import ConfigError, PruneScopeError
 from core.families import family_support, method_patterns
 from core.methods import available_methods, get_method
 from core.models.catalog import EMBEDDED_MODEL
@@ -37,13 +37,8 @@ from core.runs import RunOptions, effdim_report, execute
 from core.settings.commands import CHOICE, COMMANDS, FLAG, FLOAT, INT, LIST, Field, command_fields
 from core.settings.config import RunConfig
 from core.settings.method_options import option_fields
-from core.settings.request import (
-    plan_request,
-    run_options,
-)
-from core.store.reindex import rebuild_index
-from core.store.report import write_report
-from core.store.run_store import RunStore, default_root
+from core.settings.request import plan_request, run_options, save_folder
+from core.store.run_store import RunStore
 from core.sweeps.executors import LocalExecutor
 from core.sweeps.grid import GridJob, is_grid_job
 from core.sweeps.orchestrate import run_grid
@@ -56,14 +51,6 @@ HELP = {
     "Paper A's relation) or a grid sweep of any method (--grid, or any other method)",
     "zeroshot": "zero-shot accuracy (lm-eval scoring) of a model or run",
     "recover": "fine-tune a prune/slice run's model, keeping its zeros (LoRA or masked)",
-}
-RUNS_ACTIONS = {
-    "list": "table of stored runs",
-    "show": "one run's config and metrics",
-    "delete": "delete a run",
-    "export": "copy a run's folder",
-    "report": "write a run's self-contained HTML report (provenance, metrics, charts)",
-    "reindex": "rebuild the store's index from its run folders (the old index is kept aside)",
 }
 
 
@@ -99,7 +86,11 @@ def _add_field(group: argparse._ArgumentGroup, f: Field) -> None:
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None, help="results store folder (default $PRUNESCOPE_HOME)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--force", action="store_true", help="recompute even if the same run is stored")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="recompute even if the same run is stored (and write over a non-empty --save DIR)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
@@ -153,22 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
 
-    runs = sub.add_parser("runs", help="list, show, delete or export stored runs")
-    rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
-    for name, helptext in RUNS_ACTIONS.items():
-        rp = rsub.add_parser(name, help=helptext)
-        if name not in ("list", "reindex"):
-            rp.add_argument("run_id", help="run id (a unique prefix is enough)")
-        if name == "export":
-            rp.add_argument("dest", help="destination folder")
-        if name == "report":
-            rp.add_argument("out", help="the HTML file to write")
-        if name == "list":
-            rp.add_argument("--kind", default=None)
-            rp.add_argument("--status", default=None)
-        rp.add_argument("--store", default=None)
-        rp.add_argument("--json", action="store_true")
-        rp.add_argument("-v", "--verbose", action="store_true")
+    cli_runs.add_parser(sub)
     return parser
 
 
@@ -184,8 +160,9 @@ def cmd_run_command(args: argparse.Namespace, progress: TqdmProgress) -> dict[st
     values = field_values(args)
     if args.command == "sweep" and cli_sweep.sweep_kind(args, values) == GRID_SWEEP:
         return cli_sweep.cmd_grid(args, progress, values, store)
+    opts = run_options(args.command, values, args.force)  # --save checked before planning
     cfg = plan_request(args.command, values, store)
-    return execute(cfg, store, progress, run_options(args.command, values, args.force))
+    return execute(cfg, store, progress, opts)
 
 
 def cmd_run_config(args: argparse.Namespace, progress: TqdmProgress) -> dict[str, Any]:
@@ -204,7 +181,7 @@ def cmd_run_config(args: argparse.Namespace, progress: TqdmProgress) -> dict[str
             raise ConfigError("--force, --save and --activations-on-cpu are for single runs")
         executor = LocalExecutor()
         return run_grid(list(job.configs), store, executor, cli_sweep.grid_progress(progress))
-    opts = RunOptions(args.force, args.save, args.activations_on_cpu)
+    opts = RunOptions(args.force, save_folder(args.save, args.force), args.activations_on_cpu)
     return execute(cfg, store, progress, opts)
 
 
@@ -237,66 +214,11 @@ def cmd_methods() -> dict[str, Any]:
     return {"methods": out, "families": family_support()}
 
 
-def cmd_reindex(root: str | None) -> dict[str, Any]:
-    """``runs reindex``: rebuild the index from the run folders (core.store.reindex)."""
-    root_path = Path(root).expanduser() if root is not None else default_root()
-    if not (root_path / "runs").is_dir():
-        raise StoreError(f"{root_path} holds no results store (no runs/ folder)")
-    done = rebuild_index(root_path)
-    RunStore(root_path)  # the rebuilt index opens (and reconciles) as any other
-    return {"store": str(root_path), **dataclasses.asdict(done)}
-
-
-def cmd_runs(args: argparse.Namespace) -> dict[str, Any] | list[dict[str, Any]]:
-    if args.runs_command == "reindex":
-        return cmd_reindex(args.store)
-    store = RunStore(args.store)
-    if args.runs_command == "list":
-        return [
-            {
-                "id": r.id,
-                "kind": r.kind,
-                "status": r.status,
-                "model": r.model,
-                "method": r.method,
-                "sparsity": r.sparsity,
-                "pattern": r.pattern,
-                "dataset": r.dataset,
-                "ppl": r.summary.get("ppl"),
-                "created": r.created,
-                "error": r.error,
-            }
-            for r in store.list(args.kind, args.status)
-        ]
-    rec = store.get(args.run_id)
-    if args.runs_command == "show":
-        out = {
-            "run_id": rec.id,
-            "kind": rec.kind,
-            "status": rec.status,
-            "config": rec.config,
-            "metrics": rec.summary,
-            "error": rec.error,
-        }
-        if rec.status == "done":
-            run = store.load(rec.id)
-            out.update(env=run.env, tables=run.tables())
-        return out
-    if args.runs_command == "report":
-        return {"report": str(write_report(store, rec.id, args.out)), "run_id": rec.id}
-    if args.runs_command == "delete":
-        store.delete(rec.id)
-        return {"deleted": rec.id}
-    run = store.load(rec.id)
-    dest = shutil.copytree(run.dir, f"{args.dest}/{rec.id}")
-    return {"exported": rec.id, "to": str(dest)}
-
-
 def _dispatch(args: argparse.Namespace, progress: TqdmProgress) -> Any:
     if args.command == "prepare":
         return prepare(EMBEDDED_MODEL, lambda line: print(line, file=sys.stderr, flush=True))
     if args.command == "runs":
-        return cmd_runs(args)
+        return cli_runs.cmd_runs(args)
     if args.command == "methods":
         return cmd_methods()
     if args.command == "compare":

@@ -280,6 +280,9 @@ def print_human(command: str, out: Any) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
         for r in rows:
             print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+        for r in out:
+            if r["status"] == "damaged":
+                print(f"\n{r['error']}")
         return
     if command == "effdim":
         print("\n".join(effdim_lines(out)))
@@ -293,5 +296,7 @@ def print_human(command: str, out: Any) -> None:
     m = out["metrics"]
     reused = " (stored result reused; --force recomputes)" if out.get("cached") else ""
     print(f"run {out['run_id']}{reused}")
+    if out.get("status") == "damaged":  # runs show: what the index holds, and why no more
+        print(f"status: damaged (below: what the index holds)\n{out['error']}")
     for line in summary_lines(command, m):
         print(line)

@@ -73,8 +73,9 @@ def start_config_job(
     flags = ["--force"] if force else []
     if activations_on_cpu:
         flags.append("--activations-on-cpu")
-    if save_model:
-        flags += ["--save", str(model_dir(store, job_id))]
+    if save_model:  # the app's own folder for this run, written over when run again
+        model_dir(store, job_id).parent.mkdir(exist_ok=True)
+        flags += ["--save", str(model_dir(store, job_id))] + ([] if force else ["--force"])
     old = read_job(store, job_id)
     if old is not None and alive(old.get("pid"), old.get("host")):
         return job_id

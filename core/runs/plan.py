@@ -322,7 +322,7 @@ def plan_zeroshot(
                 f"run {rec.id} is a {rec.status} {rec.kind} run; zero-shot "
                 f"evaluation needs a finished {'/'.join(MODEL_KINDS)} run"
             )
-        src = RunConfig.from_dict(rec.config)
+        src = RunConfig.from_dict(store.load(rec.id).config)  # a damaged folder: refused here
         if model is not None and model.name != src.model.name:
             raise ConfigError(f"run {rec.id} is of model {src.model.name!r}, not {model.name!r}")
         # a streamed run's model is rebuilt and scored in memory
@@ -357,7 +357,7 @@ def parent_of_recovery(store: RunStore, rc: RecoverConfig) -> tuple[RunRecord, R
             f"a finished {' or '.join(PRUNED_KINDS)} run"
             + (" (a dense model has no pruning to recover from)" if rec.kind == EVAL else "")
         )
-    src = RunConfig.from_dict(rec.config)
+    src = RunConfig.from_dict(store.load(rec.id).config)  # a damaged folder: refused here
     if src.model.stream is True:
         raise ConfigError(
             f"run {rec.id} was streamed (its model never held in memory); recovery trains the "

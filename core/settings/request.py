@@ -38,6 +38,7 @@ from core.settings.config import (
 )
 from core.settings.field import FLOAT, INT, LIST, MULTI, Field, method_list
 from core.settings.method_options import typed_options, typed_pairs
+from core.settings.outputs import FOLDER, check_output
 from core.store.run_store import RunStore
 from core.sweeps.grid import GridSpec
 
@@ -277,7 +278,15 @@ def plan_request(
     return _plan_zeroshot(v, store)
 
 
+def save_folder(save: str | None, force: bool = False) -> str | None:
+    """A ``--save DIR`` checked before any work (core.settings.outputs: a folder whose
+    parent exists, not a file, written over when not empty only with --force)."""
+    if not save:
+        return None
+    return str(check_output(save, "the saved model", FOLDER, force))
+
+
 def run_options(command: str, given: Mapping[str, Any], force: bool = False) -> RunOptions:
     """How to execute: the command's non-config fields (save, activations_on_cpu)."""
     v = values_of(command, given)
-    return RunOptions(force, v.get("save"), bool(v.get("activations_on_cpu")))
+    return RunOptions(force, save_folder(v.get("save"), force), bool(v.get("activations_on_cpu")))

@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 from core import figures
 from core.analysis.tables import runs_frame
 from core.analysis.uncertainty import Interval, ppl_intervals
-from core.errors import StoreError
+from core.errors import DamagedRunError, StoreError
 from core.names import T_EFFDIM, T_EVAL_WINDOWS, T_LAYERS
 from core.store.record import Run
 from core.store.run_store import RunStore
@@ -104,8 +104,11 @@ def metric_rows(store: RunStore, run: Run) -> list[tuple[str, Any]]:
         rows.append(("perplexity", m["ppl"]))
     dense_id = m.get("dense_run")
     if dense_id:
+        damaged = None
         try:
             dnll = _window_nll(store.load(dense_id))
+        except DamagedRunError as exc:  # this run's report stands; the gap is said
+            dnll, damaged = None, str(exc)
         except StoreError:
             dnll = None
         if dnll is not None and len(dnll) > 1:
@@ -113,6 +116,8 @@ def metric_rows(store: RunStore, run: Run) -> list[tuple[str, Any]]:
             rows.append(("dense perplexity [95 % interval]", str(iv)))
         else:
             rows.append(("dense perplexity", m.get("dense_ppl")))
+        if damaged:
+            rows.append(("dense run damaged (no interval)", damaged))
     for key in (
         "achieved_sparsity",
         "kept_params",
@@ -176,9 +181,9 @@ def report_html(
 def write_report(
     store: RunStore, run_id: str, out: str | Path, extra: list[tuple[go.Figure, str]] | None = None
 ) -> Path:
-    """Write the report to ``out`` (parents created); the path written."""
+    """Write the report to ``out`` (checked at the edge: core.settings.outputs); the path
+    written."""
     path = Path(out)
     text = report_html(store, run_id, extra)  # errors before anything is written
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path

@@ -8,6 +8,7 @@ Layout under the store root ($PRUNESCOPE_HOME or the platform user-data dir)::
     runs/<id>/metrics.json       headline numbers
     runs/<id>/tables/<t>.parquet per-layer tables, trajectories, sweeps
     runs/<id>/arrays/<a>.safetensors  masks, attention maps
+    runs/<id>/files.json         every file above with its size (core.store.integrity)
     progress/<id>.jsonl          live progress of a running job
 
 A run is written into ``tmp/`` and renamed into ``runs/`` only when complete; the index row
@@ -40,6 +41,7 @@ from safetensors.torch import save_file
 from core.errors import StoreError, StoreIndexError
 from core.settings.config import RunConfig
 from core.store.heartbeat import STALE_S, Heartbeat, pid_alive, run_alive
+from core.store.integrity import damaged_message, folder_problem, write_manifest
 from core.store.record import Run, RunRecord
 from core.store.reindex import INSERT, damage_message, is_corruption, open_index, row_values
 
@@ -268,10 +270,19 @@ class RunStore:
         return True
 
     def load(self, run_id: str) -> Run:
+        """A finished run, its folder checked whole first (``DamagedRunError`` names the
+        file and the way out, core.store.integrity)."""
         rec = self.get(run_id)
         if rec.status != "done":
             raise StoreError(f"run {rec.id} is {rec.status}, not done")
-        return Run(rec, self.run_dir(rec.id))
+        run = Run(rec, self.run_dir(rec.id))
+        run.check()
+        return run
+
+    def damage(self, rec: RunRecord) -> str | None:
+        """The damaged-run message of a finished run; None when its folder is whole."""
+        found = folder_problem(self.run_dir(rec.id)) if rec.status == "done" else None
+        return None if found is None else damaged_message(rec.id, self.run_dir(rec.id), *found)
 
 
 class RunWriter:
@@ -309,6 +320,7 @@ class RunWriter:
 
     def commit(self, metrics: dict[str, Any]) -> Path:
         self._write_json("metrics.json", metrics)
+        write_manifest(self.dir)  # what a later read checks the folder against
         final = self.store.run_dir(self.run_id)
         if final.exists():  # a forced re-run replaces the old folder
             old = self.store.root / "tmp" / f"{self.run_id}.replaced-{uuid.uuid4().hex[:6]}"
