@@ -38,7 +38,7 @@ from core.evaluation.attention_error import AttentionProbe
 from core.evaluation.attention_ops import rope_tables
 from core.methods.attention_gd import AttentionGDOptions, gd_prune_group, initial_mask
 from core.methods.attention_gd.controls import MEASURED_SPECTRUM, ridge_quadratic
-from core.methods.attention_gd.method import judge_group
+from core.methods.attention_gd.group_view import judge_group
 from core.methods.attention_gd.objective import GroupProblem, to_heads
 from core.methods.attention_gd.optimiser import effective_lam
 from core.methods.attention_gd.power import (

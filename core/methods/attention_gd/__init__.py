@@ -14,6 +14,7 @@ from core.methods.attention_gd.diagnostics import (
     check_assumptions,
     descend,
 )
+from core.methods.attention_gd.group_view import GroupObjective
 from core.methods.attention_gd.method import AttentionGD, binarize, head_extras, mask_scores
 from core.methods.attention_gd.objective import (
     GroupProblem,
@@ -23,7 +24,6 @@ from core.methods.attention_gd.objective import (
     to_linear,
 )
 from core.methods.attention_gd.optimiser import (
-    GroupObjective,
     GroupResult,
     effective_lam,
     gd_prune_group,

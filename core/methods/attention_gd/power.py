@@ -88,7 +88,8 @@ def judged_run(
     record(0, x0.clone(), value, grad)
     lr = opts.eta if opts.eta is not None else ADAM_LR
     if optimizer == "adam":
-        stepper = adam_steps(evaluate, x0.clone(), grad, lr, opts.clip)
+        box = (lambda x: x.clamp(0.0, 1.0)) if opts.clip else None
+        stepper = adam_steps(evaluate, x0.clone(), grad, lr, box)
     else:
         stepper = lbfgs_steps(evaluate, x0.clone(), value, grad, first_step=opts.eta)
     eta, t = lr, 0
