@@ -57,3 +57,60 @@ def test_a_small_held_out_gain_can_still_be_overfitting():
 def test_the_rule_is_written_with_every_label():
     lines = [line.split()[1] for line in RULE.splitlines() if line[:4].strip().endswith(".")]
     assert lines == list(LABELS)  # numbered in the order the rule applies them
+
+
+# ---- which reading becomes the default (core/methods/attention_gd/choice.py) ------------------
+
+
+def held_table(rng, effect: float, sizes=(512, 1024, 2304), seeds=3, layers=8):
+    """held[row][size]: (seeds, layers) held-out errors of Wanda + swap and of a candidate
+    whose true held-out difference is ``effect``; layers differ by far more than the noise
+    of a difference (the pairing's point), seeds shift every row alike."""
+    held = {"swap from wanda": {}, "gd polytope": {}}
+    for n in sizes:
+        layer = rng.normal(0.08, 0.01, (1, layers))
+        seed = rng.normal(0.0, 0.002, (seeds, 1))
+        base = layer + seed + rng.normal(0.0, 0.0005, (seeds, layers))
+        held["swap from wanda"][n] = base
+        held["gd polytope"][n] = base + effect + rng.normal(0.0, 0.0005, (seeds, layers))
+    return held
+
+
+def test_a_candidate_that_beats_wanda_plus_swap_becomes_the_default():
+    from core.analysis.uncertainty import Bootstrap, paired_difference
+    from core.methods.attention_gd import choice
+
+    rng = np.random.default_rng(11)
+    boot = Bootstrap(n_boot=400)
+    chosen = 0
+    for _ in range(DRAWS):
+        held = held_table(rng, -0.002)
+        diffs = {
+            "gd polytope": {
+                n: paired_difference(held["gd polytope"][n], held[choice.COMPARATOR][n], boot)
+                for n in held["gd polytope"]
+            }
+        }
+        chosen += choice.choose_default(diffs)[0] == "gd polytope"
+    assert chosen / DRAWS >= 0.9
+
+
+def test_a_candidate_no_better_than_wanda_plus_swap_leaves_the_default():
+    from core.analysis.uncertainty import Bootstrap, paired_difference
+    from core.methods.attention_gd import choice
+
+    rng = np.random.default_rng(12)
+    boot = Bootstrap(n_boot=400)
+    kept = 0
+    for _ in range(DRAWS):
+        held = held_table(rng, 0.0)
+        diffs = {
+            "gd polytope": {
+                n: paired_difference(held["gd polytope"][n], held[choice.COMPARATOR][n], boot)
+                for n in held["gd polytope"]
+            }
+        }
+        row, why = choice.choose_default(diffs)
+        kept += row == choice.CURRENT and "stays" in why
+    assert kept / DRAWS >= 0.9
+    assert choice.held_differences(held, ("gd polytope",))["gd polytope"][512].lo < 0

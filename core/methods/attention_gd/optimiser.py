@@ -238,7 +238,9 @@ def gd_prune_group(
                 ev, eta = st.aux, st.step_size
                 evals, step_no, taken = evals + st.evaluations, step_no + 1, taken + 1
                 record()
-                converged = abs(prev - st.loss) <= options.tol * abs(prev)
+                # top-k's loss is piecewise constant in the latent M: no tolerance stop
+                stalled = abs(prev - st.loss) <= options.tol * abs(prev)
+                converged = stalled and options.relax != "topk"
                 if converged or taken >= cap:
                     break
             else:  # the optimiser found no descending step: numerically stationary

@@ -50,7 +50,8 @@ class AttentionGDOptions:
         ``anneal_weight`` units of squared row error per attention row at M = ½; the default 1
         is ~10³ times the data term per row at Wanda's mask on smollm2-135m, relative error
         0.087, so the last steps must binarise) or "topk"
-        (straight-through top-k: loss and gradient at each row's binary top k). The budget
+        (straight-through top-k: loss and gradient at each row's binary top k; its loss is
+        piecewise constant, so it runs the cap, ``tol`` does not stop it). The budget
         readings need row scope and Adam ("polytope" also runs with plain GD); the assumption
         checks judge the free objective and skip them. The default stays "free" until the
         headroom table's rule picks one (docs/design-notes.md).
