@@ -6,6 +6,8 @@ start is the objective's own saliency mask."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from test_attention_gd import HEAD_DIM, fake_context, group_problem, rope_for
@@ -166,3 +168,19 @@ def test_obd_start_is_the_objectives_saliency_mask():
         keep_q, keep_k = obd_keep(problem, {"q": 0.5, "k": 0.5})
         assert torch.equal(ctx.arrays["mask.layer0.q"][qs], keep_q)
         assert torch.equal(ctx.arrays["mask.layer0.k"][ks], keep_k)
+
+
+def test_projected_plain_gd_descends_on_the_polytope():
+    """relax="polytope" with Paper B's plain GD: the descent-lemma steps are projected, the
+    loss falls and every row keeps its budget."""
+    X, Wq, Wk, _, Mq0, Mk0, budget = wanda_start()
+    opts = AttentionGDOptions(
+        relax="polytope", optimizer="gd", steps=30, tol=0.0, checks="none", dtype="float64"
+    )
+    res = gd_prune_group(X, Wq, Wk, opts, rope_for(X.shape[1]), Mq0, Mk0, budget=budget)
+    rows = to_rows(res.Mq, res.Mk)
+    torch.testing.assert_close(rows.sum(-1), budget.counts().to(F64), rtol=0, atol=1e-9)
+    losses = [r["loss"] for r in res.trajectory if r["matrix"] == "group"]
+    assert losses[-1] < 0.5 * losses[0] and all(
+        b <= a + 1e-12 for a, b in itertools.pairwise(losses)
+    )

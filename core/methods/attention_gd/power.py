@@ -178,12 +178,17 @@ def detection_power(
     }
 
 
+@functools.lru_cache(maxsize=1)
+def _stored() -> dict[str, Any] | None:
+    return json.loads(STORED.read_text()) if STORED.is_file() else None
+
+
 def stored_table() -> dict[tuple[str, int, str], dict[str, Any]]:
     """The stored production-budget table, keyed (optimizer, steps, control); empty when the
     file is missing or was measured on other controls (dimension, starts, density)."""
-    if not STORED.is_file():
+    data = _stored()
+    if data is None:
         return {}
-    data = json.loads(STORED.read_text())
     if (data["dim"], data["starts"], data["density"]) != (lc.DIM, STARTS, lc.density().source):
         return {}
     return {(r["optimizer"], r["steps"], r["control"]): r for r in data["rows"]}
@@ -223,6 +228,7 @@ def write_stored(optimizers: tuple[str, ...] = (PRODUCTION_OPTIMIZER, "gd")) -> 
     ]
     out = {"dim": lc.DIM, "starts": STARTS, "density": lc.density().source, "rows": rows}
     STORED.write_text(json.dumps(out, indent=1, ensure_ascii=False))
+    _stored.cache_clear()
     return STORED
 
 
