@@ -57,6 +57,14 @@ def mask_scores(M: Tensor, W: Tensor, rule: str) -> Tensor:
     raise ConfigError(f"binarize must be one of {BINARIZE_RULES}, got {rule!r}")
 
 
+def group_rows(group: int, r: int, head_dim: int) -> tuple[slice, slice]:
+    """The q_proj rows (its r query heads) and k_proj rows (its KV head) of GQA group g."""
+    return (
+        slice(group * r * head_dim, (group + 1) * r * head_dim),
+        slice(group * head_dim, (group + 1) * head_dim),
+    )
+
+
 def binarize(scores: Tensor, sparsity: float, scope: str) -> Tensor:
     """Bool keep mask (out, in) with exactly ⌊sparsity·n⌋ False per row ("row") or per matrix
     ("matrix"); among equal scores the lower index is pruned first (stable sort,
@@ -193,11 +201,9 @@ class AttentionGD(Method):
             for role in ("q", "k")
         }  # "obd_mask": ones here, each group's saliency mask below
         x_norms = spectral_norms(X) if opts.checks != "none" else None
-        groups: list[GroupResult] = []
-        for g in range(n_kv):
-            qs = slice(g * r * head_dim, (g + 1) * r * head_dim)  # q_proj rows of group g
-            ks = slice(g * head_dim, (g + 1) * head_dim)  # k_proj rows of KV head g
-            if opts.init == "obd_mask":
+        if opts.init == "obd_mask":  # each group's own saliency mask
+            for g in range(n_kv):
+                qs, ks = group_rows(g, r, head_dim)
                 M["q"][qs], M["k"][ks] = obd_masks(
                     X, W["q"][qs], W["k"][ks], opts, rope, extras[g], sparsity
                 )
@@ -206,9 +212,9 @@ class AttentionGD(Method):
             role: binarize(mask_scores(m0, W[role], opts.binarize), sparsity[role], opts.scope)
             for role, m0 in M0.items()
         }
+        groups: list[GroupResult] = []
         for g in range(n_kv):
-            qs = slice(g * r * head_dim, (g + 1) * r * head_dim)
-            ks = slice(g * head_dim, (g + 1) * head_dim)
+            qs, ks = group_rows(g, r, head_dim)
             budget = Budget(start_keep["q"][qs].sum(-1), start_keep["k"][ks].sum(-1))
             res = gd_prune_group(
                 X,
@@ -264,8 +270,7 @@ class AttentionGD(Method):
         masks (``keep`` updated in place); the accepted swaps in all."""
         total = 0
         for g, res in enumerate(groups):
-            qs = slice(g * r * head_dim, (g + 1) * r * head_dim)
-            ks = slice(g * head_dim, (g + 1) * head_dim)
+            qs, ks = group_rows(g, r, head_dim)
             sw = swap_search(
                 res.problem,
                 to_heads(keep["q"][qs], head_dim),
