@@ -17,7 +17,8 @@ the small end is located only to within those residuals. λI shifts every eigenv
 leaves the Krylov space unchanged, so the data term's own Ritz values are those minus λ (also
 printed). The Ritz values at M_T and their Gauss-quadrature weights (the spectral density's
 estimate from the Lanczos start) are written to ``spectrum_<model>.json`` beside
-``core.methods.attention_gd.synthetic_layer``, whose PL control then takes its density.
+``core.methods.attention_gd.synthetic_layer``, whose PL control then takes its density (rerun
+--power afterwards: the stored power table names the density it was measured on).
 
 --power. The assumption rule's power on the layer-matched controls (``power.CONTROLS``,
 dimension 10⁴, 64 starts) at the production budget for Adam and plain GD, stored for the

@@ -7,6 +7,7 @@ the one the rule gives now; the production tally sits beside what the controls p
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -128,3 +129,22 @@ def test_the_tally_beside_what_the_controls_predict():
         assert r["if PL holds hi"] == pytest.approx(30 * layer[v]["hi"])
     assert not math.isnan(rows["contradicted"]["if PL fails (x⁴)"])
     assert np.isclose(sum(r["if PL holds"] for r in rows.values()), 30)
+
+
+def test_a_stored_lanczos_spectrum_becomes_the_density(tmp_path, monkeypatch):
+    """``--spectrum`` stores Ritz values and quadrature weights; the PL control then draws its
+    eigenvalues from them, keeping the extremes of each sign exactly."""
+    ritz = [-1.5, -0.1, 1e-5, 0.3, 2.0, 300.0]
+    weights = [0.05, 0.05, 0.3, 0.3, 0.2, 0.1]
+    (tmp_path / "spectrum_fake.json").write_text(json.dumps({"ritz": ritz, "weights": weights}))
+    monkeypatch.setattr(lc, "HERE", tmp_path)
+    lc.density.cache_clear()
+    try:
+        dens = lc.density("fake")
+        assert dens.values == tuple(ritz) and sum(dens.weights) == pytest.approx(1.0)
+        q = dens.quantiles(200)
+        assert q.min() == -1.5 and q.max() == 300.0 and q[q > 0].min() == 1e-5
+        assert (q < 0).mean() == pytest.approx(0.1, abs=0.01)
+        assert lc.density("other") is lc.PROVISIONAL  # nothing stored for it
+    finally:
+        lc.density.cache_clear()
