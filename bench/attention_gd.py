@@ -6,8 +6,12 @@
         to 4·d tokens, and the sentence locating the failure; protocol and attribution rule in
         bench/attention_gd_headroom.py; ~5 min on 2 cores)
     python bench/attention_gd.py --spectrum | --mu-lambda [--spectrum-layer 8]
-        (one group's Hessian spectrum by Lanczos; μ̂ against λ_rel on that group and on a
-        control with known μ(λ): bench/attention_gd_spectrum.py)
+        (one group's Hessian spectrum by Lanczos, stored as the layer controls' density;
+        μ̂ against λ_rel on that group and on a control with known μ(λ):
+        bench/attention_gd_spectrum.py)
+    python bench/attention_gd.py --power
+        (the assumption rule's power on the layer-matched controls at the production budget,
+        stored for the pages, and the production tally beside what the controls predict)
     python bench/attention_gd.py --readings [--sparsities 0.3 0.5 0.7] [--seeds 0 1 2]
         [--layers 15] [--ppl-sparsities 0.5] [--nsamples 4] [--seqlen 64] [--max-windows 16]
         [--steps 20] [--store DIR]
@@ -35,7 +39,7 @@ import time
 import torch
 from attention_gd_headroom import add_args, attn_error, baseline, headroom
 from attention_gd_spectrum import add_args as add_spectrum_args
-from attention_gd_spectrum import mu_lambda, spectrum
+from attention_gd_spectrum import mu_lambda, power_report, spectrum
 from protocol import open_store, protocol_parser
 from torch import nn
 
@@ -117,6 +121,9 @@ def main() -> None:
     add_args(ap)
     add_spectrum_args(ap)
     args = ap.parse_args()
+    if args.power:  # no model: the layer-matched controls (bench/attention_gd_spectrum.py)
+        power_report(args)
+        return
     t_start = time.perf_counter()
     torch.manual_seed(0)
     store = open_store(args, "attngd-")

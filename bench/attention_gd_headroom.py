@@ -35,45 +35,36 @@ the same for every seed and size. Rows, all from the same inputs:
     the objective offers near Wanda's mask, and whether it carries to held-out data.
   gd M0=wanda + swap: the same swap search from bin(M_T) of the "gd M0=wanda" row (a reading
     attention-gd can run: optimizer, then ``refine="swap"``); flip and agree W against Wanda.
+  gd polytope / gd anneal / gd topk: the budget-keeping relaxations (``relax=`` of
+    attention-gd, ``core.methods.attention_gd.relax``) from Wanda's keep mask with the same
+    optimiser and cap; each also "+ swap" (the swap search from its binarised mask).
 Errors: relative attention error ‖P̃ − P‖_F/‖P‖_F, mean over the group's heads, mean over
-layers; then mean ± std over the seeds.
+layers; then mean ± std over the seeds. "cont": the relative error of the continuous M_T
+projected onto the budget's polytope (``relax.Budget.project``; for "topk" its binary top k),
+never of a dense M_T.
 
-Attribution rule. At each calibration size, with W_cal, W_held Wanda's errors, GD* the GD row
-with the lower calibration error, G_cal, G_held its binarised errors, C its continuous error
-and m = 1 % of W_cal, the gap of GD* to Wanda is attributed to the first that applies:
-  1. optimiser: C ≥ W_cal − m and GD* stopped at its cap in at least half of the groups:
-     the relaxed objective was not minimised far enough to beat Wanda even before rounding;
-  2. relaxation: C < W_cal − m but G_cal ≥ W_cal − m: the continuous point the optimiser
-     reached is better than Wanda's mask, and binarisation loses the gain;
-  3. objective: G_cal ≥ W_cal − m otherwise (the optimiser converged to a continuous point no
-     better than Wanda's mask);
-  4. overfitting: G_cal < W_cal − m but G_held ≥ W_held: GD beats Wanda in-sample only;
-  5. none: GD* beats Wanda on calibration and held-out data.
-Beside it, the swap search's headroom: W_cal − S_cal in-sample and W_held − S_held held-out
-(positive = better than Wanda); in-sample headroom with negative held-out headroom is
-overfitting of the objective itself.
-History of the rule: written before the first run; revised once after the pilot above (and a
-2-layer dry run of this script), whose first criterion ("optimiser" when the optimiser
-reached the tolerance in under half of the groups or changed < 1 % of the keep decisions)
-called "optimiser" runs in which Adam cut the continuous error to a fifth of Wanda's while
-binarisation kept Wanda's mask, which is the relaxation failing, and would call every Adam
-run "optimiser" since Adam's steps do not shrink to meet a tolerance.
+Attribution: ``core.methods.attention_gd.attribution`` (its ``RULE``, docs/design-notes.md),
+for "gd M0=wanda" (the default's descent) and each budget relaxation's row. The default: the
+rule of ``core.methods.attention_gd.choice`` (a budget row replaces it only by beating "swap
+from wanda" held out by an interval excluding 0 at every size). Table, JSON and both rules'
+outputs: attention_gd_headroom_report.py.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from attention_gd_headroom_report import print_table, write_json
 
 from core.evaluation.attention_error import AttentionProbe, form
 from core.evaluation.attention_ops import attention_errors, attention_probs, rope_tables
 from core.methods.attention_gd import AttentionGDOptions, binarize, gd_prune_group, initial_mask
 from core.methods.attention_gd.objective import GroupProblem, to_heads, to_linear
-from core.methods.attention_gd.saliency import attention_saliency
+from core.methods.attention_gd.relax import Budget
+from core.methods.attention_gd.saliency import obd_keep
 from core.methods.attention_gd.swaps import swap_search
 from core.methods.sparsegpt import sparsegpt_prune
 from core.methods.wanda import wanda_scores
@@ -83,9 +74,15 @@ from core.settings.config import CalibConfig, DataSpec, EvalConfig
 
 SPARSITY = 0.5
 TOL = 1e-5
-SWAPS = ("swap from wanda", "gd M0=wanda + swap")
 OBD = "obd (attention H)"
-ROWS = ("magnitude", "wanda", "sparsegpt", OBD, "gd M0=wanda", "gd M0=1", *SWAPS)
+BUDGET_ROWS = {"gd polytope": "polytope", "gd anneal": "anneal", "gd topk": "topk"}
+GD_ROWS = {"gd M0=wanda": ("wanda_mask", "free"), "gd M0=1": ("ones", "free")}
+GD_ROWS |= {name: ("wanda_mask", relax) for name, relax in BUDGET_ROWS.items()}
+# swap rows: name -> the row whose binary mask the swap search starts from
+SWAPS = {"swap from wanda": "wanda", "gd M0=wanda + swap": "gd M0=wanda"}
+SWAPS |= {f"{name} + swap": name for name in BUDGET_ROWS}
+ROWS = ("magnitude", "wanda", "sparsegpt", OBD, *GD_ROWS, *SWAPS)
+MASK_ROWS = tuple(r for r in ROWS if r != "sparsegpt")  # binary masks of the same weights
 
 
 def attn_error(X, dense, pruned, geo, rope, qk_form=None) -> float:
@@ -141,16 +138,20 @@ class GroupErrors:
 
 
 def gd_group(X, Wq, Wk, rope, opts, start: str, col_sq, head_dim: int):
-    """The optimiser on one group's rows Wq (r·d_h, d), Wk (d_h, d) from M₀ = ``start``;
-    (keep masks, binarised M₀, diagnostics, the group's problem)."""
+    """The optimiser on one group's rows Wq (r·d_h, d), Wk (d_h, d) from M₀ = ``start`` with
+    ``opts.relax``; (keep masks, binarised M₀, diagnostics, the group's problem). "cont": the
+    relative error of M_T on the budget's polytope (its binary top k for "topk")."""
     M0 = [initial_mask(W, start, col_sq, None, SPARSITY, "row") for W in (Wq, Wk)]
+    start_keep = [binarize(M, SPARSITY, "row") for M in M0]
+    budget = Budget(start_keep[0].sum(-1), start_keep[1].sum(-1))
     res = gd_prune_group(
-        X, to_heads(Wq, head_dim), Wk.T, opts, rope, to_heads(M0[0], head_dim), M0[1].T
-    )
-    data = res.problem.data_terms(res.Mq, res.Mk)[0]
+        X, to_heads(Wq, head_dim), Wk.T, opts, rope, to_heads(M0[0], head_dim), M0[1].T,
+        budget=budget if opts.relax != "free" else None,
+    )  # fmt: skip
+    at = budget.binary if opts.relax == "topk" else budget.project
+    data = res.problem.data_terms(*at(res.Mq, res.Mk))[0]
     cont = ((2 * data).sqrt() / res.problem.dense_norms()).mean().item()
     keep = [binarize(to_linear(res.Mq), SPARSITY, "row"), binarize(res.Mk.T, SPARSITY, "row")]
-    start_keep = [binarize(M, SPARSITY, "row") for M in M0]
     info = {
         "cont": cont,
         "delta": res.mask_delta,
@@ -185,34 +186,32 @@ def layer_rows(i, X, Xh, dense, ropes, lm, args) -> dict[str, dict[str, float]]:
     col_sq = X.reshape(-1, X.shape[-1]).square().sum(0)
     wanda_keep = [~score_mask(wanda_scores(W, col_sq), SPARSITY, "row") for W in (Wqg, Wkg)]
     rope = rope_tables((ropes[0][0][None], ropes[0][1][None]), X.shape[1], torch.float32, "cpu")
-    opts = AttentionGDOptions(
-        optimizer=args.headroom_optimizer,
-        steps=args.headroom_steps,
-        tol=TOL,
-        power_iters=1,
-        checks="none",
-    )
     out: dict[str, dict[str, float]] = {}
-    problem, gd_keep = None, wanda_keep
+    keeps, problem = {"wanda": wanda_keep}, None
     for name in ROWS:
         t0 = time.perf_counter()
         extra: dict[str, float] = {}
         if name in ("magnitude", "wanda", "sparsegpt"):  # whole matrices, then the group's rows
             pruned = (baseline(name, Wq, X, SPARSITY)[qs], baseline(name, Wk, X, SPARSITY)[ks])
         elif name == OBD:
-            sal_q, sal_k = attention_saliency(GroupProblem(X, to_heads(Wqg, hd), Wkg.T, True, rope))
-            keep = [~score_mask(S, SPARSITY, "row") for S in (to_linear(sal_q), sal_k.T)]
+            keep = obd_keep(
+                GroupProblem(X, to_heads(Wqg, hd), Wkg.T, True, rope),
+                dict.fromkeys("qk", SPARSITY),
+            )
             extra.update(overlap(keep, wanda_keep, wanda_keep))
             pruned = (Wqg * keep[0], Wkg * keep[1])
-        elif name not in SWAPS:
-            start = "wanda_mask" if name == "gd M0=wanda" else "ones"
+        elif name in GD_ROWS:
+            start, relax = GD_ROWS[name]
+            opts = AttentionGDOptions(
+                optimizer=args.headroom_optimizer, steps=args.headroom_steps, tol=TOL,
+                power_iters=1, checks="none", relax=relax,
+            )  # fmt: skip
             keep, start_keep, extra, prob = gd_group(X, Wqg, Wkg, rope, opts, start, col_sq, hd)
-            if start == "wanda_mask":
-                problem, gd_keep = prob, keep
+            keeps[name], problem = keep, problem or prob
             extra.update(overlap(keep, start_keep, wanda_keep))
             pruned = (Wqg * keep[0], Wkg * keep[1])
         else:
-            start_keep = wanda_keep if name == "swap from wanda" else gd_keep
+            start_keep = keeps[SWAPS[name]]
             sw = swap_search(problem, to_heads(start_keep[0], hd), start_keep[1].T, args.swap_evals)
             keep = [to_linear(sw.keep_q), sw.keep_k.T]
             extra.update(overlap(keep, wanda_keep, wanda_keep))
@@ -238,8 +237,9 @@ def headroom(args, lm) -> None:
         f = form(ad, i)
         if any(t is not None for t in (f.bq, f.bk, f.q_gain, f.k_gain)):
             raise SystemExit(f"--headroom: layer {i} has q/k biases or norms; not covered")
-    # res[(size, row)] -> per seed: {key: mean over layers}
+    # res[(size, row)] -> per seed: {key: mean over layers}; held[row][size]: (seeds, layers)
     res: dict[tuple[int, str], list[dict[str, float]]] = {}
+    held: dict[str, dict[int, list[list[float]]]] = {name: {n: [] for n in sizes} for name in ROWS}
     for seed in args.seeds:
         calib = CalibConfig(DataSpec("c4", "train", args.data_dir), sizes[-1], args.seqlen, seed)
         ids, _ = get_calib_windows(lm, calib)
@@ -256,117 +256,13 @@ def headroom(args, lm) -> None:
                 keys = per_layer[0][name].keys()
                 row = {k: statistics.mean(lr[name][k] for lr in per_layer) for k in keys}
                 res.setdefault((n, name), []).append(row)
+                held[name][n].append([lr[name]["held"] for lr in per_layer])
             print(
                 f"  seed {seed}, {n} x {args.seqlen} tokens: "
                 + ", ".join(f"{nm} {res[(n, nm)][-1]['calib']:.4f}" for nm in ROWS),
                 flush=True,
             )
-    print_table(args, res, sizes, ad)
+    print_table(args, res, held, sizes, ad)
     if args.headroom_json:
-        write_json(Path(args.headroom_json), args, res, sizes)
+        write_json(Path(args.headroom_json), args, res, held, sizes)
     print(f"\nheadroom wall time {(time.perf_counter() - t_start) / 60:.1f} min")
-
-
-def _ms(rows, key) -> tuple[float, float]:
-    xs = [r[key] for r in rows]
-    return statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
-
-
-def attribute(res, n) -> tuple[str, str]:
-    """The docstring's rule at calibration size n: (cause, GD row judged)."""
-    w_cal, w_held = _ms(res[(n, "wanda")], "calib")[0], _ms(res[(n, "wanda")], "held")[0]
-    gd = min(("gd M0=wanda", "gd M0=1"), key=lambda nm: _ms(res[(n, nm)], "calib")[0])
-    rows = res[(n, gd)]
-    g_cal, g_held = _ms(rows, "calib")[0], _ms(rows, "held")[0]
-    cont, conv = _ms(rows, "cont")[0], _ms(rows, "converged")[0]
-    m = 0.01 * w_cal
-    if cont >= w_cal - m and conv < 0.5:
-        return "optimiser", gd
-    if cont < w_cal - m and g_cal >= w_cal - m:
-        return "relaxation", gd
-    if g_cal >= w_cal - m:
-        return "objective", gd
-    if g_held >= w_held:
-        return "overfitting", gd
-    return "none", gd
-
-
-def write_json(path: Path, args, res, sizes) -> None:
-    """The table (mean and std over seeds of every column) and the attribution, for pages."""
-    out = {
-        "model": args.model,
-        "sparsity": SPARSITY,
-        "layers": args.headroom_layers,
-        "seeds": args.seeds,
-        "optimizer": args.headroom_optimizer,
-        "steps": args.headroom_steps,
-        "swap_evals": args.swap_evals,
-        "sizes": [
-            {
-                "tokens": n * args.seqlen,
-                "attribution": attribute(res, n)[0],
-                "rows": {
-                    name: {k: _ms(res[(n, name)], k) for k in res[(n, name)][0]} for name in ROWS
-                },
-            }
-            for n in sizes
-        ],
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1))
-    print(f"wrote {path}")
-
-
-def print_table(args, res, sizes, ad) -> None:
-    d = ad.hidden_size
-    print()
-    print(
-        f"headroom: model {args.model}, Q/K only, {SPARSITY:.0%} per row; layers "
-        f"{args.headroom_layers} layer-wise from dense inputs, GQA group = layer mod "
-        f"{ad.n_kv_heads} judged on each; seeds {args.seeds}; held-out 16 C4 "
-        f"validation windows of {args.seqlen}; GD: {args.headroom_optimizer}, tol {TOL:g}, cap "
-        f"{args.headroom_steps} steps, default λ_rel; swap search: <= {args.swap_evals} "
-        f"evaluations per group; errors mean over layers, ± std over seeds"
-    )
-    head = (
-        f"{'tokens':>7}  {'row':<20}{'calib err':>17}{'held-out err':>17}"
-        f"{'cont err':>9}{'delta':>7}{'flip':>7}{'agree W':>8}{'conv':>6}{'steps':>6}{'s/layer':>8}"
-    )
-    print(head)
-    print("-" * len(head))
-    for n in sizes:
-        tokens = n * args.seqlen
-        for name in ROWS:
-            rows = res[(n, name)]
-            c, h = _ms(rows, "calib"), _ms(rows, "held")
-            label = name
-            if name == "sparsegpt" and tokens < d:
-                label = "sparsegpt (H<d)"
-
-            def opt(key, fmt, rows=rows):
-                return format(_ms(rows, key)[0], fmt) if key in rows[0] else "-"
-
-            print(
-                f"{tokens:>7}  {label:<20}{c[0]:>9.4f} ± {c[1]:.4f}{h[0]:>9.4f} ± {h[1]:.4f}"
-                f"{opt('cont', '.4f'):>9}{opt('delta', '.3f'):>7}{opt('flip', '.3f'):>7}"
-                f"{opt('agree', '.3f'):>8}"
-                f"{opt('converged', '.2f'):>6}{opt('steps', '.0f'):>6}{opt('t', '.2f'):>8}"
-            )
-    print()
-    print(
-        f"{'tokens':>7}  {'gap to Wanda (GD row judged)':<34}{'swap headroom calib':>20}"
-        f"{'swap headroom held':>20}"
-    )
-    for n in sizes:
-        cause, gd = attribute(res, n)
-        w = res[(n, "wanda")]
-        s = res[(n, SWAPS[0])]
-        hc = _ms(w, "calib")[0] - _ms(s, "calib")[0]
-        hh = _ms(w, "held")[0] - _ms(s, "held")[0]
-        print(f"{n * args.seqlen:>7}  {cause + ' (' + gd + ')':<34}{hc:>20.4f}{hh:>20.4f}")
-    causes = {n * args.seqlen: attribute(res, n)[0] for n in sizes}
-    print(
-        "\nWhere attention-gd fails against Wanda, by calibration tokens: "
-        + "; ".join(f"{t}: {c}" for t, c in causes.items())
-        + f" (rule: bench/attention_gd_headroom.py docstring; d = {d})."
-    )

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from core import figures
+from core.analysis.gd_standing import run_budget
 from core.demo import PAGE_ASSUMPTIONS
 from core.errors import DamagedRunError
 from core.methods.attention_gd import RULE
@@ -26,12 +27,10 @@ from core.methods.attention_gd.power import (
     OPTIMIZER_NAMES,
     PRODUCTION_OPTIMIZER,
     PRODUCTION_STEPS,
-    budget_words,
-    judged_optimizer,
-    power_note,
+    STARTS,
     power_table,
-    rate_note,
 )
+from core.methods.attention_gd.verdict_notes import budget_words, power_note, rate_note
 from core.store.run_store import Run, RunRecord
 from pages.common import (
     get_store,
@@ -142,18 +141,17 @@ def show_controls() -> None:
     st.plotly_chart(figures.gd_trajectories(control_paths(), series="control"), key="control_paths")
     st.subheader(f"The rule's power at the production budget ({budget_words(PRODUCTION_STEPS)})")
     power = power_rows((PRODUCTION_STEPS,), (PRODUCTION_OPTIMIZER, "gd"))
-    number_table(power.set_index(["optimizer", "steps", "mu", "L"]), "power", "%.2f")
+    number_table(power.set_index(["optimizer", "steps", "control", "truth"]), "power", "%.3g")
     st.caption(
-        "Controls matched to the layers' conditioning: quadratics with PL constant μ and top "
-        "curvature L (spectrum log-spaced over log10(L/μ) decades: L = 1, and the spectrum "
-        "measured by Lanczos on a real group, bench/attention_gd.py --spectrum) and a shifted "
-        "x⁴ (no PL), 8 seeded starts "
-        f"each, judged on {OPTIMIZER_NAMES[PRODUCTION_OPTIMIZER]} trajectories as production "
-        "runs them (the default options' learning rate, tolerance and cap; plain GD with "
-        "backtracking beside it), with production's check settings. steps_taken: the mean "
-        "steps the judged runs took. 'supported': fraction of PL controls "
-        "the rule supports (95 % Wilson interval); 'contradicted': fraction of x⁴ controls it "
-        "contradicts; the false_ columns are its errors."
+        "Controls matched to a real layer (core/methods/attention_gd/synthetic_layer.py): "
+        "dimension 10,000, separable in a rotated basis with exact μ and L; PL holds on a "
+        "spectrum 1..10 and on the layer's spectral density (negative part included), and is "
+        "violated by x⁴ (no PL) and |x|^{3/2} (gradient not Lipschitz); "
+        f"{STARTS} seeded draws each, judged on "
+        f"{OPTIMIZER_NAMES[PRODUCTION_OPTIMIZER]} trajectories as production runs them (the "
+        "default options' learning rate, tolerance and cap; plain GD with backtracking beside "
+        "it), with production's check settings. truth: the verdict the control calls for; "
+        "each verdict's fraction with its 95 % Wilson interval (_lo, _hi)."
     )
     st.caption(
         "The three controls' GD paths in the same four panels (L* = 0, each one's known "
@@ -167,7 +165,7 @@ def show_controls() -> None:
 def show_verdicts(run: Run, groups: pd.DataFrame) -> None:
     """The run's verdict, the count per verdict, and one group's GD trajectory."""
     m = run.metrics
-    optimizer = judged_optimizer(run.config)
+    cap, optimizer = run_budget(run.config)
     tally = verdict_tally(list(groups["verdict"]), checks_option(run.config))
     c = st.columns(1 + len(tally))
     c[0].metric("run verdict", str(m.get("gd_verdict", "–")).replace("_", " "))
@@ -191,7 +189,7 @@ def show_verdicts(run: Run, groups: pd.DataFrame) -> None:
     row = groups[(groups["layer"] == layer) & (groups["group"] == group)].iloc[0]
     st.markdown(f"**Layer {layer}, group {group}: {row['verdict']}** ({row.get('reason', '')})")
     if row["verdict"] in ("supported", "contradicted", "inconclusive"):
-        st.caption(verdict_power(str(row["verdict"]), group_steps(row), optimizer))
+        st.caption(verdict_power(str(row["verdict"]), cap, optimizer))
     pred = row.get("steps_pred")
     if pred is not None and math.isfinite(float(pred)):
         st.caption(rate_note(float(pred), group_steps(row), optimizer))
@@ -218,7 +216,7 @@ def show_verdicts(run: Run, groups: pd.DataFrame) -> None:
         st.dataframe(heads[heads["layer"] == layer], hide_index=True, key="gd_heads")
 
 
-def show_estimates(groups: pd.DataFrame, optimizer: str) -> None:
+def show_estimates(groups: pd.DataFrame, budget: tuple[int, str]) -> None:
     """The estimates behind the verdicts: their spread over groups, then every group."""
     st.dataframe(
         groups.pivot_table(
@@ -255,7 +253,7 @@ def show_estimates(groups: pd.DataFrame, optimizer: str) -> None:
     ]
     rows = groups[[col for col in shown if col in groups]].copy()
     rows["power"] = [
-        verdict_power(str(r["verdict"]), group_steps(r), optimizer)
+        verdict_power(str(r["verdict"]), *budget)
         if r["verdict"] in ("supported", "contradicted", "inconclusive")
         else ""
         for _, r in groups.iterrows()
@@ -321,6 +319,6 @@ with pane, store_reads():
     elif section == STANDING:
         show_standing(run, "gd")
     elif section == ESTIMATES:
-        show_estimates(run.table(TABLE_GROUPS), judged_optimizer(run.config))
+        show_estimates(run.table(TABLE_GROUPS), run_budget(run.config))
     else:
         show_audit(run)

@@ -16,7 +16,7 @@ from core.analysis.gd_standing import (
 )
 from core.methods.attention_gd.audit import TABLE_GROUPS
 from core.methods.attention_gd.headroom import caption
-from core.methods.attention_gd.power import budget_words
+from core.methods.attention_gd.verdict_notes import budget_words
 from core.store.run_store import Run
 
 
@@ -48,5 +48,7 @@ def show_standing(run: Run, key: str) -> None:
             "Each verdict's power: how often the rule gives the right answer on controls with "
             f"known μ and L when it judges runs of at most {budget_words(steps, optimizer)}, as "
             "this "
-            "run's groups were judged; groups: how many of this run's groups got that verdict."
+            "run's groups were judged; groups: how many of this run's groups got that verdict; "
+            "if PL holds: how many the control with the layer's spectral density (PL true) "
+            "gives for that many groups, with its 95 % interval; if PL fails: the same for x⁴."
         )

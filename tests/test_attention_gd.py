@@ -228,7 +228,12 @@ def test_binarize_breaks_ties_by_lower_index():
         {"lam": -1e-3},
         {"eta": 0.0},
         {"eta": -0.1},
-        {"steps": 0},
+        {"steps": -1},
+        {"relax": "box"},
+        {"relax": "polytope", "scope": "matrix"},  # the budget is per row
+        {"relax": "topk", "optimizer": "gd"},
+        {"relax": "polytope", "optimizer": "lbfgs"},
+        {"anneal_weight": -1.0},
         {"step": "fixed"},  # needs eta
         {"step": "newton"},
         {"init": "normal"},

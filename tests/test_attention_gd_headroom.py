@@ -111,7 +111,7 @@ def test_other_methods_carry_no_standing(store):
 
 def test_headroom_frame_and_verdict_power_beside_it(stored):
     from core.analysis.gd_standing import headroom_frame, run_budget, verdict_power_frame
-    from core.methods.attention_gd.power import detection_power
+    from core.methods.attention_gd.power import PRODUCTION_STEPS, power
 
     assert headroom_frame("tiny-llama").empty  # not measured: an empty frame, same columns
     stored("tiny-llama", fake_analysis([512, 2304], "relaxation"))
@@ -122,12 +122,20 @@ def test_headroom_frame_and_verdict_power_beside_it(stored):
     assert set(frame["gap to Wanda"]) == {"relaxation"}
     cfg = {"prune": {"options": [["optimizer", "adam"], ["steps", 20]]}}
     assert run_budget(cfg) == (20, "adam")
-    power = verdict_power_frame(["supported", "inconclusive", "inconclusive"], 20, "adam")
-    assert list(power["verdict"]) == ["supported", "contradicted", "inconclusive"]
-    assert list(power["groups"]) == [1, 0, 2]
-    rate = detection_power(20, 1e-2, optimizer="adam")["supported"]["rate"]
-    assert power["power"].str.startswith("at 20 Adam steps").all()
-    assert f"PL with μ = 0.01 in {rate:.0%}" in power["power"][0]
+    verdicts = ["supported"] + ["inconclusive"] * 8 + ["contradicted"]
+    frame = verdict_power_frame(verdicts, PRODUCTION_STEPS, "adam")
+    assert list(frame["verdict"]) == ["supported", "contradicted", "inconclusive"]
+    assert list(frame["groups"]) == [1, 1, 8]
+    # beside each count: what the layer-density control (PL true) gives for 10 groups
+    holds = power(PRODUCTION_STEPS, "layer density", "adam")
+    for _, row in frame.iterrows():
+        r = holds[row["verdict"]]
+        assert (
+            row["if PL holds"] == f"{10 * r['rate']:.1f} [{10 * r['lo']:.1f}, {10 * r['hi']:.1f}]"
+        )
+    easy = power(PRODUCTION_STEPS, "spectrum 1..10", "adam")["supported"]
+    assert frame["power"].str.startswith(f"at {PRODUCTION_STEPS} Adam steps").all()
+    assert f"on a spectrum 1..10 in {easy['rate']:.0%}" in frame["power"][0]
 
 
 def frame_with(at, column: str):

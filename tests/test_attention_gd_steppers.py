@@ -112,7 +112,7 @@ def test_lbfgs_converges_on_a_group_within_tol_and_below_gd():
     [
         {"optimizer": "newton"},
         {"optimizer": "lbfgs", "clip": True},
-        {"steps": 0},
+        {"steps": -1},
         {"refine": "anneal"},
         {"swap_evals": 0},
     ],

@@ -34,18 +34,19 @@ BASE = {
 
 # Run ids planned before options were typed at the edge (parsed with json.loads then).
 # attention-gd's two were re-pinned when its options gained optimizer/refine/swap_evals and its
-# defaults moved to Adam + swap search (issue 32): a run id covers every option's value.
+# defaults moved to Adam + swap search (issue 32), and again when they gained relax and
+# anneal_weight (issue 45): a run id covers every option's value.
 GD = ["lam=0.5", "rope=false", "init=ones"]
 SPARSEGPT, NM = ["percdamp=0.02", "blocksize=64"], "2:4"
 GD_OTHERS = ["others=sparsegpt", "steps=7", "checks=full"]
 PINNED = [
     ("prune", {"method": "sparsegpt", "option": SPARSEGPT}, "8f190a6dadc97009"),
     ("prune", {"method": "magnitude", "option": ["scope=row"], "pattern": NM}, "82d054927dfc05d9"),
-    ("prune", {"method": "attention-gd", "targets": "qk", "option": GD}, "9faf6e11337a427e"),
+    ("prune", {"method": "attention-gd", "targets": "qk", "option": GD}, "6d8140d75e81986e"),
     ("prune", {"method": "wanda", "allocation": "owl", "sparsity": 0.6}, "1e7115958d3f15f7"),
     ("slice", {"sparsity": 0.3, "option": ["round_to=16", "slice_head=true"]}, "669f96bc6a752d66"),
     ("prune", {"method": "sparsegpt", "targets": "q,v,down"}, "3a204ee38acfb16a"),
-    ("prune", {"method": "attention-gd", "option": GD_OTHERS}, "7bd6b7a02362613c"),
+    ("prune", {"method": "attention-gd", "option": GD_OTHERS}, "8c03654cb93f709a"),
 ]  # fmt: skip
 
 

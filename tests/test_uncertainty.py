@@ -115,3 +115,27 @@ def test_accuracy_relation_controls() -> None:
     # Flat accuracy: nothing to see -> inconclusive.
     res = accuracy_intervals(S, *accuracy_sweep(lambda s: 0.6))
     assert accuracy_verdict(res["kappa"], res["loo"]) == "inconclusive"
+
+
+def test_paired_difference_covers_the_true_difference() -> None:
+    """Two methods on the same 3 calibration seeds and 64 windows: window NLLs share a large
+    per-window term (which the pairing removes) and each seed shifts both a little; the 95 %
+    interval of mean(a − b) covers the true difference in ≥ 90 % of 200 draws, and it is far
+    narrower than an unpaired one would be."""
+    from core.analysis.uncertainty import Bootstrap, paired_difference
+
+    rng = np.random.default_rng(0)
+    boot = Bootstrap(n_boot=500)
+    truth, covered, widths = -0.01, 0, []
+    for _ in range(200):
+        window = rng.normal(3.6, 0.5, (1, 64))
+        seed = rng.normal(0.0, 0.003, (3, 1))
+        a = window + seed + truth + rng.normal(0.0, 0.02, (3, 64))
+        b = window + seed + rng.normal(0.0, 0.02, (3, 64))
+        iv = paired_difference(a, b, boot)
+        covered += iv.contains(truth)
+        widths.append(iv.hi - iv.lo)
+    assert covered / 200 >= 0.9
+    assert np.median(widths) < 0.5 / np.sqrt(64)  # the window spread (0.5) cancels
+    with pytest.raises(ConfigError):
+        paired_difference(np.zeros((3, 4)), np.zeros((2, 4)))

@@ -11,7 +11,8 @@ from typing import Any
 import pandas as pd
 
 from core.methods.attention_gd import headroom
-from core.methods.attention_gd.power import PRODUCTION_STEPS, judged_optimizer, power_note
+from core.methods.attention_gd.power import PRODUCTION_STEPS, judged_optimizer
+from core.methods.attention_gd.verdict_notes import power_note, tally_beside_controls
 
 VERDICT_ORDER = ("supported", "contradicted", "inconclusive")
 HEADROOM_COLUMNS = {
@@ -44,17 +45,23 @@ def run_budget(config: dict[str, Any]) -> tuple[int, str]:
 
 
 def verdict_power_frame(verdicts: Iterable[str], steps: int, optimizer: str) -> pd.DataFrame:
-    """One row per verdict the rule can give: how many of the run's groups got it and the
-    rule's detection power at ``steps`` ``optimizer`` steps (``power.power_note``)."""
+    """One row per verdict the rule can give: how many of the run's groups got it, how many
+    the controls predict for that many groups if PL holds with the layer's spectral density
+    (with the interval) and if PL fails as x⁴ does (``verdict_notes.tally_beside_controls``),
+    and the rule's detection power at ``steps`` ``optimizer`` steps (``power_note``)."""
     seen = list(verdicts)
+    tally = tally_beside_controls({v: seen.count(v) for v in VERDICT_ORDER}, steps, optimizer)
     return pd.DataFrame(
         [
             {
-                "verdict": v,
-                "groups": seen.count(v),
-                "power": power_note(v, steps, optimizer).split(": ", 1)[1],
+                "verdict": row["verdict"],
+                "groups": row["groups"],
+                "if PL holds": f"{row['if PL holds']:.1f} "
+                f"[{row['if PL holds lo']:.1f}, {row['if PL holds hi']:.1f}]",
+                "if PL fails (x⁴)": round(row["if PL fails (x⁴)"], 1),
+                "power": power_note(row["verdict"], steps, optimizer).split(": ", 1)[1],
             }
-            for v in VERDICT_ORDER
+            for row in tally
         ]
     )
 

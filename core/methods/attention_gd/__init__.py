@@ -1,8 +1,13 @@
 """Paper B: pruning Q/K by gradient descent on the attention-matrix error (papers.md §3, §7).
 
 One concept per module: ``objective`` (loss + closed-form gradient), ``optimiser`` (M₀, λ
-schedule, step rule, stopping), ``diagnostics`` (assumption checks that can fail), ``bound``
-(the analytical Lipschitz bound), ``options`` and ``method`` (the registered ``attention-gd``).
+schedule, step rule, stopping), ``steppers`` (Adam, L-BFGS), ``relax`` (relaxations that keep
+the budget), ``swaps`` (the swap search), ``saliency`` (OBD on the objective), ``diagnostics``
+(assumption checks that can fail) and ``group_view`` (a group as they see it), ``bound`` (the
+analytical Lipschitz bound), ``controls`` / ``synthetic_layer`` / ``power`` / ``verdict_notes``
+(the checks' controls and stated power), ``attribution`` / ``choice`` / ``headroom`` (the
+headroom table's rules and stored analysis), ``ablation`` (which component earns the gain),
+``options`` and ``method`` (the registered ``attention-gd``).
 Importing this package registers the method (the registry loads it by module name).
 """
 
@@ -14,6 +19,7 @@ from core.methods.attention_gd.diagnostics import (
     check_assumptions,
     descend,
 )
+from core.methods.attention_gd.group_view import GroupObjective
 from core.methods.attention_gd.method import AttentionGD, binarize, head_extras, mask_scores
 from core.methods.attention_gd.objective import (
     GroupProblem,
@@ -23,7 +29,6 @@ from core.methods.attention_gd.objective import (
     to_linear,
 )
 from core.methods.attention_gd.optimiser import (
-    GroupObjective,
     GroupResult,
     effective_lam,
     gd_prune_group,

@@ -1,13 +1,12 @@
-"""The assumption checks' controls, runnable anywhere (tests, the Assumption checks page).
+"""The assumption checks' small controls, runnable anywhere (tests, the Assumption checks page).
 
 A check earns trust by saying "no" where the answer is no: x⁴ has no PL constant at its
 minimum, |x − c|^{3/2} has a gradient that is not Lipschitz at c, and a strongly convex
-quadratic with spectrum 1..10 satisfies both with μ = 1, L = 10. The *matched* controls carry
-the conditioning of the real layers' problems (curvature spanning many decades): quadratics
-whose spectrum runs log-evenly from μ = 1e-2 or 1e-4 up to L = 1, one whose spectrum spans
-what Lanczos measured on a real group (``MEASURED_SPECTRUM``: L at the measured λ_max), and a
-shifted x⁴ that violates PL; ``power`` runs them at the production step budget.
-``ridge_quadratic`` adds attention-gd's penalty ½λ‖x‖² to a matched quadratic, so μ(λ) is known.
+quadratic with spectrum 1..10 satisfies both with μ = 1, L = 10: the page draws the rule's
+reading of each. ``ridge_quadratic`` adds attention-gd's penalty ½λ‖x‖² to a quadratic with a
+log-spaced spectrum, so μ(λ) is known (``bench/attention_gd.py --mu-lambda``). The controls
+whose power the verdicts state match a real layer instead (dimension 10⁴, the layer's
+spectral density): ``synthetic_layer``, judged by ``power``.
 """
 
 from __future__ import annotations
@@ -48,14 +47,7 @@ def cases() -> list[tuple]:
     ]  # fmt: skip
 
 
-MATCHED_MU = (1e-2, 1e-4)  # PL constants of the matched quadratics (L = 1)
 MATCHED_L = 1.0
-# (μ, L) of a real group's problem: the smallest positive and the top Ritz values (300
-# Lanczos steps) of the Hessian of L(M), default λ_rel, at M_T, the end of production's run
-# from Wanda's mask; smollm2-135m layer 8 group 2, 8 x 64 C4 tokens: 7.65 decades. The top
-# value has converged; the small end has not (residual 8e-5 > value) and sits at about the
-# ridge λ = 1.04e-5 (``python bench/attention_gd.py --spectrum``; docs/design-notes.md).
-MEASURED_SPECTRUM = (8.6475e-6, 382.47)
 
 
 def start(seed: int) -> torch.Tensor:
@@ -78,12 +70,6 @@ def ridge_quadratic(mu0: float, lam: float, seed: int, lip: float = MATCHED_L):
     its Hessian is A + λI, so PL holds with μ(λ) = μ₀ + λ exactly (μ̂'s λ-dependence)."""
     base = matched_quadratic(mu0, seed, lip)
     return lambda x: base(x) + 0.5 * lam * x.square().sum()
-
-
-def pl_violating(seed: int):
-    """Σ(x − c)⁴ with c drawn from ``seed``: ½‖∇L‖²/(L − L*) → 0 at c, so no μ > 0 (PL fails)."""
-    c = torch.rand(N, generator=torch.Generator().manual_seed(seed), dtype=F64)
-    return lambda x: (x - c).pow(4).sum()
 
 
 def control_trajectories() -> list[dict[str, Any]]:

@@ -22,12 +22,19 @@ DEFAULT_ROW = "gd M0=wanda + swap"  # the reading attention-gd's defaults run (o
 WANDA_ROW = "wanda"
 GD_ROW = "gd M0=wanda"  # the continuous descent alone, from Wanda's mask
 COLUMNS = ("calib", "held", "cont", "delta", "flip", "agree", "converged", "steps", "t")
-CAUSES = {
-    "objective": "the objective (its binarised minimiser near Wanda's mask is no better)",
-    "relaxation": "the relaxation (the continuous optimum beats Wanda, its binarisation does not)",
-    "optimiser": "the optimiser (it stops before the relaxed objective beats Wanda)",
-    "overfitting": "overfitting (better than Wanda on calibration data only)",
+CAUSES = {  # the labels of attribution.RULE
+    "objective": "the objective (no binary mask near Wanda's that the search found is better "
+    "even on the calibration data)",
+    "optimiser": "the optimiser (its relaxed point at the budget holds less than half the gain "
+    "a binary mask shows)",
+    "relaxation": "the relaxation (rounding loses more than half of the relaxed gain at the "
+    "budget)",
+    "overfitting": "overfitting (more than half of the in-sample gain over Wanda is gone held out)",
 }
+OLD_RULE = (
+    "Judged by the attribution rule before issue 45 (a dense continuous M_T against a sparse "
+    "mask); rerun the bench for the current rule (core/methods/attention_gd/attribution.py)."
+)
 
 
 def path_for(model: str) -> Path:
@@ -114,5 +121,7 @@ def caption(model: str) -> str:
         f"{data['layers']}, seeds {data['seeds']}, GD {data['optimizer']} capped at "
         f"{data['steps']} steps, swap search ≤ {data['swap_evals']} evaluations per group; "
         "errors are relative attention errors, mean over layers (± std over seeds). "
-        "Rule and protocol: bench/attention_gd_headroom.py. " + str(data.get("source", ""))
+        "Rule and protocol: bench/attention_gd_headroom.py. "
+        + ("" if "rule" in data else OLD_RULE + " ")
+        + str(data.get("source", ""))
     ).strip()

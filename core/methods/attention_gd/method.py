@@ -32,21 +32,13 @@ from core.methods.attention_gd.audit import (
 )
 from core.methods.attention_gd.bound import lipschitz_upper_bound, spectral_norms
 from core.methods.attention_gd.cost_terms import descent_flops
-from core.methods.attention_gd.diagnostics import check_assumptions
+from core.methods.attention_gd.group_view import judge_group
 from core.methods.attention_gd.headroom import standing
 from core.methods.attention_gd.objective import HeadExtras, to_heads, to_linear
-from core.methods.attention_gd.optimiser import (
-    GroupObjective,
-    GroupResult,
-    gd_prune_group,
-    initial_mask,
-)
-from core.methods.attention_gd.options import (
-    BINARIZE_RULES,
-    CHECK_HESSIAN_AT,
-    DTYPES,
-    AttentionGDOptions,
-)
+from core.methods.attention_gd.optimiser import GroupResult, gd_prune_group, initial_mask
+from core.methods.attention_gd.options import BINARIZE_RULES, DTYPES, AttentionGDOptions
+from core.methods.attention_gd.relax import Budget
+from core.methods.attention_gd.saliency import obd_masks
 from core.methods.attention_gd.swaps import swap_search
 from core.methods.base import LayerContext, LinearReport, Method
 from core.methods.linear import relative_reconstruction_error
@@ -63,6 +55,14 @@ def mask_scores(M: Tensor, W: Tensor, rule: str) -> Tensor:
     if rule == "mask_times_weight":
         return (M * W).abs()
     raise ConfigError(f"binarize must be one of {BINARIZE_RULES}, got {rule!r}")
+
+
+def group_rows(group: int, r: int, head_dim: int) -> tuple[slice, slice]:
+    """The q_proj rows (its r query heads) and k_proj rows (its KV head) of GQA group g."""
+    return (
+        slice(group * r * head_dim, (group + 1) * r * head_dim),
+        slice(group * head_dim, (group + 1) * head_dim),
+    )
 
 
 def binarize(scores: Tensor, sparsity: float, scope: str) -> Tensor:
@@ -195,16 +195,27 @@ class AttentionGD(Method):
         stats = ctx.stats.get("q")
         col_sq = stats.col_sq_norms if stats is not None else ctx.inputs["q"].square().sum((0, 1))
         gen = torch.Generator().manual_seed(opts.seed + ctx.index)
+        init = "ones" if opts.init == "obd_mask" else opts.init
         M = {
-            role: initial_mask(W[role], opts.init, col_sq, gen, sparsity[role], opts.scope)
+            role: initial_mask(W[role], init, col_sq, gen, sparsity[role], opts.scope)
             for role in ("q", "k")
-        }
-        M0 = {role: M[role].clone() for role in ("q", "k")}  # GD overwrites M in place
+        }  # "obd_mask": ones here, each group's saliency mask below
         x_norms = spectral_norms(X) if opts.checks != "none" else None
+        if opts.init == "obd_mask":  # each group's own saliency mask
+            for g in range(n_kv):
+                qs, ks = group_rows(g, r, head_dim)
+                M["q"][qs], M["k"][ks] = obd_masks(
+                    X, W["q"][qs], W["k"][ks], opts, rope, extras[g], sparsity
+                )
+        M0 = {role: M[role].clone() for role in ("q", "k")}  # GD overwrites M in place
+        start_keep = {
+            role: binarize(mask_scores(m0, W[role], opts.binarize), sparsity[role], opts.scope)
+            for role, m0 in M0.items()
+        }
         groups: list[GroupResult] = []
         for g in range(n_kv):
-            qs = slice(g * r * head_dim, (g + 1) * r * head_dim)  # q_proj rows of group g
-            ks = slice(g * head_dim, (g + 1) * head_dim)  # k_proj rows of KV head g
+            qs, ks = group_rows(g, r, head_dim)
+            budget = Budget(start_keep["q"][qs].sum(-1), start_keep["k"][ks].sum(-1))
             res = gd_prune_group(
                 X,
                 to_heads(W["q"][qs], head_dim),
@@ -214,6 +225,7 @@ class AttentionGD(Method):
                 to_heads(M["q"][qs], head_dim),
                 M["k"][ks].T,
                 extras[g],
+                budget if opts.relax != "free" else None,
             )
             M["q"][qs], M["k"][ks] = to_linear(res.Mq), res.Mk.T
             groups.append(res)
@@ -228,10 +240,6 @@ class AttentionGD(Method):
             else dict(UNCHECKED)
             for g, res in enumerate(groups)
         ]
-        start_keep = {
-            role: binarize(mask_scores(m0, W[role], opts.binarize), sparsity[role], opts.scope)
-            for role, m0 in M0.items()
-        }
         agree = agreement_rows(ctx, W, keep, sparsity, col_sq, opts.scope, start_keep)
         errors = record_tables(ctx, groups, checks, keep, r, head_dim)
         ctx.add_rows(TABLE_AGREEMENT, agree)
@@ -262,8 +270,7 @@ class AttentionGD(Method):
         masks (``keep`` updated in place); the accepted swaps in all."""
         total = 0
         for g, res in enumerate(groups):
-            qs = slice(g * r * head_dim, (g + 1) * r * head_dim)
-            ks = slice(g * head_dim, (g + 1) * head_dim)
+            qs, ks = group_rows(g, r, head_dim)
             sw = swap_search(
                 res.problem,
                 to_heads(keep["q"][qs], head_dim),
@@ -275,7 +282,10 @@ class AttentionGD(Method):
         return total
 
     def _judged(self, layer: int, group: int, n_groups: int) -> bool:
-        """Whether the checks judge this group (options.checks: all, one per layer, none)."""
+        """Whether the checks judge this group (options.checks: all, one per layer, none;
+        none for a budget relaxation: the checks judge the free objective's descent)."""
+        if self.options.relax != "free":
+            return False
         if self.options.checks == "sample":
             return group == layer % n_groups
         return self.options.checks == "full"
@@ -338,22 +348,4 @@ def _write_masked(ctx, role, linear, keep, sparsity, seconds, extra) -> LinearRe
         rel_error=rel,
         seconds=seconds,
         extra=dict(extra),
-    )
-
-
-def judge_group(
-    res: GroupResult, options: AttentionGDOptions, analytic_bound: float = math.nan
-) -> dict[str, Any]:
-    """The assumption checks (diagnostics rule) of one group's run at its last λ, with the
-    check settings of ``options``: what a run records, and what the benches judge."""
-    return check_assumptions(
-        GroupObjective(res.problem, res.lam),
-        res.run,
-        analytic_bound=analytic_bound,
-        points=options.check_points,
-        power_iters=options.power_iters,
-        hessian_at=CHECK_HESSIAN_AT,
-        rel_floor=64 * torch.finfo(res.problem.Wq.dtype).eps,
-        seed=options.seed,
-        eta0=res.trajectory[-1]["step_size"],
     )

@@ -22,6 +22,7 @@ from core.errors import ConfigError
 from core.methods.attention_gd.diagnostics import Descent
 from core.methods.attention_gd.objective import GroupProblem, HeadExtras, LossGrad
 from core.methods.attention_gd.options import DTYPES, INITS, AttentionGDOptions
+from core.methods.attention_gd.relax import Budget, RelaxedLoss
 from core.methods.attention_gd.steppers import ADAM_LR, adam_steps, lbfgs_steps
 from core.methods.wanda import wanda_scores
 from core.pruning.masks import score_mask
@@ -57,6 +58,8 @@ def initial_mask(
         S = W.abs() * col_sq_norms.to(W).sqrt()
     elif init == "random":
         return torch.rand(W.shape, generator=generator, dtype=torch.float64).to(W)
+    elif init == "obd_mask":
+        raise ConfigError("init='obd_mask' needs each group's objective (saliency.obd_masks)")
     else:
         raise ConfigError(f"init must be one of {INITS}, got {init!r}")
     return S / S.amax(-1, keepdim=True).clamp_min(torch.finfo(W.dtype).tiny)
@@ -70,7 +73,7 @@ def effective_lam(lam_rel: float, problem: GroupProblem) -> float:
 
 def lam_stages(options: AttentionGDOptions, lam: float) -> list[tuple[float, int]]:
     """(λ, step cap) per stage: one stage, or the continuation 10λ, λ, λ/10."""
-    if options.lam_schedule == "constant":
+    if options.lam_schedule == "constant" or options.steps == 0:
         return [(lam, options.steps)]
     cap = max(1, options.steps // 3)
     return [(10 * lam, cap), (lam, cap), (lam / 10, options.steps - 2 * cap)]
@@ -139,6 +142,7 @@ def gd_prune_group(
     Mq0: Tensor | None = None,
     Mk0: Tensor | None = None,
     extras: HeadExtras | None = None,
+    budget: Budget | None = None,
 ) -> GroupResult:
     """GD on one GQA group (papers.md §3 Algorithm 1), per λ stage until
     |L_t − L_{t+1}| ≤ tol·L_t or the stage's cap; ``options.optimizer`` "adam" / "lbfgs" take
@@ -148,6 +152,8 @@ def gd_prune_group(
     M₀ (default ones). "auto"/"backtracking" accept a step when the descent lemma
     L(M⁺) ≤ L(M) + ⟨∇L, M⁺ − M⟩ + ‖M⁺ − M‖²/(2η) holds (true for η ≤ 1/L_grad) and halve η
     otherwise; "auto" starts at η = 1/L̂ (power iteration) and lowers it with every secant.
+    ``budget``: each row's kept count, needed by the budget relaxations (``options.relax``,
+    relax.py), which descend on ``RelaxedLoss`` and project every step onto its polytope.
     """
     start = time.perf_counter()
     dtype = DTYPES[options.dtype]
@@ -155,9 +161,11 @@ def gd_prune_group(
     Mq = torch.ones_like(problem.Wq) if Mq0 is None else Mq0.to(problem.Wq).clone()
     Mk = torch.ones_like(problem.Wk) if Mk0 is None else Mk0.to(problem.Wk).clone()
     first_q, first_k = Mq.clone(), Mk.clone()
+    relaxed = RelaxedLoss(problem, options, budget)
+    Mq, Mk = relaxed.project(Mq, Mk)  # M₀ onto the polytope (Wanda's mask already lies on it)
     stages = lam_stages(options, effective_lam(options.lam, problem))
     lam = stages[0][0]
-    ev = problem.loss_and_grad(Mq, Mk, lam)
+    ev = relaxed(Mq, Mk, lam, 0)
     evals, step_no, rows = 1, 0, []
     run = Descent()
     eta = options.eta if options.eta is not None else 1.0
@@ -212,14 +220,16 @@ def gd_prune_group(
 
     for stage, (lam, cap) in enumerate(stages):
         if stage > 0:  # same M, new λ: only the penalty changes
-            ev = problem.loss_and_grad(Mq, Mk, lam)
+            ev = relaxed(Mq, Mk, lam, step_no)
             evals += 1
             run = Descent()  # the checks judge the last stage: a single objective
         record()
         converged = False
+        if cap == 0:  # steps = 0: M_T = M₀
+            continue
         if options.optimizer != "gd":
             taken = 0
-            for st in _steps(options, problem, Mq, Mk, lam, ev, eta):
+            for st in _steps(options, relaxed, Mq, Mk, lam, ev, eta, step_no):
                 prev = ev.loss.item()
                 secant = _norm(st.aux.grad_q - ev.grad_q, st.aux.grad_k - ev.grad_k) / max(
                     (st.x - _flat(Mq, Mk)).norm().item(), 1e-300
@@ -228,7 +238,9 @@ def gd_prune_group(
                 ev, eta = st.aux, st.step_size
                 evals, step_no, taken = evals + st.evaluations, step_no + 1, taken + 1
                 record()
-                converged = abs(prev - st.loss) <= options.tol * abs(prev)
+                # top-k's loss is piecewise constant in the latent M: no tolerance stop
+                stalled = abs(prev - st.loss) <= options.tol * abs(prev)
+                converged = stalled and options.relax != "topk"
                 if converged or taken >= cap:
                     break
             else:  # the optimiser found no descending step: numerically stationary
@@ -246,9 +258,10 @@ def gd_prune_group(
                 Mk_new = Mk - eta * ev.grad_k
                 if options.clip:
                     Mq_new.clamp_(0.0, 1.0), Mk_new.clamp_(0.0, 1.0)
+                Mq_new, Mk_new = relaxed.project(Mq_new, Mk_new)
                 if options.step == "fixed":
                     break
-                new = problem.loss_and_grad(Mq_new, Mk_new, lam)
+                new = relaxed(Mq_new, Mk_new, lam, step_no + 1)
                 evals += 1
                 dq, dk = Mq_new - Mq, Mk_new - Mk
                 bound = ev.loss.item() + ((ev.grad_q * dq).sum() + (ev.grad_k * dk).sum()).item()
@@ -261,7 +274,7 @@ def gd_prune_group(
                 converged = True
                 break
             if new is None:
-                new = problem.loss_and_grad(Mq_new, Mk_new, lam)
+                new = relaxed(Mq_new, Mk_new, lam, step_no + 1)
                 evals += 1
             secant = _norm(new.grad_q - ev.grad_q, new.grad_k - ev.grad_k) / max(
                 _norm(Mq_new - Mq, Mk_new - Mk), 1e-300
@@ -295,38 +308,26 @@ def _split(x: Tensor, Mq: Tensor, Mk: Tensor) -> tuple[Tensor, Tensor]:
     return x[: Mq.numel()].view(Mq.shape), x[Mq.numel() :].view(Mk.shape)
 
 
-def _steps(options, problem: GroupProblem, Mq, Mk, lam: float, ev: LossGrad, eta: float):
-    """The Adam / L-BFGS step generator (``steppers``) of one λ stage from (M_Q, M_K)."""
+def _steps(options, relaxed: RelaxedLoss, Mq, Mk, lam: float, ev: LossGrad, eta: float, t0: int):
+    """The Adam / L-BFGS step generator (``steppers``) of one λ stage from (M_Q, M_K), on
+    ``relaxed`` (the objective, or its budget reading) from step ``t0`` on."""
+    step = t0
 
     def evaluate(x: Tensor) -> tuple[float, Tensor, LossGrad]:
-        e = problem.loss_and_grad(*_split(x, Mq, Mk), lam)
+        nonlocal step
+        step += 1
+        e = relaxed(*_split(x, Mq, Mk), lam, step)
         return e.loss.item(), _flat(e.grad_q, e.grad_k), e
+
+    def project(x: Tensor) -> Tensor:
+        if options.clip:
+            x = x.clamp(0.0, 1.0)
+        return _flat(*relaxed.project(*_split(x, Mq, Mk)))
 
     x, g = _flat(Mq, Mk), _flat(ev.grad_q, ev.grad_k)
     if options.optimizer == "adam":
         lr = options.eta if options.eta is not None else ADAM_LR
-        return adam_steps(evaluate, x, g, lr, options.clip)
+        keep_in = options.clip or relaxed.projects
+        return adam_steps(evaluate, x, g, lr, project if keep_in else None)
     first = eta if options.step == "auto" or options.eta is not None else None
     return lbfgs_steps(evaluate, x, ev.loss.item(), g, first_step=first)
-
-
-class GroupObjective:
-    """``diagnostics.Objective`` view of a group at fixed λ: x = (vec M_Q, vec M_K);
-    Hessian-vector products by a forward difference of the closed-form gradient."""
-
-    def __init__(self, problem: GroupProblem, lam: float) -> None:
-        self.problem, self.lam = problem, lam
-        self.q_shape, self.k_shape = problem.Wq.shape, problem.Wk.shape
-        self.n_q = problem.Wq.numel()
-
-    def _split(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        x = x.to(self.problem.Wq)
-        return x[: self.n_q].view(self.q_shape), x[self.n_q :].view(self.k_shape)
-
-    def value_grad(self, x: Tensor) -> tuple[float, Tensor]:
-        ev = self.problem.loss_and_grad(*self._split(x), self.lam)
-        return ev.loss.item(), _flat(ev.grad_q, ev.grad_k)
-
-    def hvp(self, x: Tensor, v: Tensor, grad: Tensor) -> Tensor:
-        eps = math.sqrt(torch.finfo(self.problem.Wq.dtype).eps) * max(1.0, x.norm().item())
-        return (self.value_grad(x + eps * v.to(x))[1] - grad) / eps

@@ -15,10 +15,11 @@ from core.settings.field import option
 STEP_RULES = ("auto", "backtracking", "fixed")
 OPTIMIZERS = ("gd", "adam", "lbfgs")
 REFINES = ("none", "swap")
-INITS = ("ones", "magnitude", "wanda", "random", "wanda_mask")
+INITS = ("ones", "magnitude", "wanda", "random", "wanda_mask", "obd_mask")
 BINARIZE_RULES = ("mask", "mask_times_weight")
 LAM_SCHEDULES = ("constant", "anneal")
 CHECKS = ("full", "sample", "none")
+RELAXES = ("free", "polytope", "anneal", "topk")  # relax.py: the budget-keeping relaxations
 OTHERS = ("none", "wanda", "sparsegpt")
 CHECK_HESSIAN_AT = 3  # iterates of a judged run where the checks take the Hessian's top eigenvalue
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -41,7 +42,19 @@ class AttentionGDOptions:
         (L-BFGS, 10 secant pairs, Armijo backtracking from t = 1; its first step is GD's η).
         Every optimiser stops by the same ``tol`` and cap; a run records whether the tolerance
         was reached ("converged") and how many steps it took.
-    steps: cap T ≥ 1 on steps. tol: stop when |L_t − L_{t+1}| ≤ tol·L_t (0 = run T).
+    steps: cap T ≥ 0 on steps (0: no descent, M_T = M₀; with ``refine="swap"`` that is
+        Wanda + swap). tol: stop when |L_t − L_{t+1}| ≤ tol·L_t (0 = run T).
+    relax: what M descends on (``relax.py``): "free" (any real M; Paper B's relaxation),
+        "polytope" (projected onto {0 ≤ M ≤ 1, each row keeps k} after every step),
+        "anneal" (that projection plus a binarisation penalty ρ_t·Σ M(1 − M) rising to
+        ``anneal_weight`` units of squared row error per attention row at M = ½; the default 1
+        is ~10³ times the data term per row at Wanda's mask on smollm2-135m, relative error
+        0.087, so the last steps must binarise) or "topk"
+        (straight-through top-k: loss and gradient at each row's binary top k; its loss is
+        piecewise constant, so it runs the cap, ``tol`` does not stop it). The budget
+        readings need row scope and Adam ("polytope" also runs with plain GD); the assumption
+        checks judge the free objective and skip them. The default stays "free" until the
+        headroom table's rule picks one (docs/design-notes.md).
     step: "auto" (η = 1/L̂, L̂ = power-iteration curvature at M₀ raised by every secant),
         "backtracking" (descent-lemma backtracking from ``eta`` or 1, ×2 each step) or "fixed".
     eta: the fixed or first step (> 0); Adam's learning rate. power_iters: Hessian-vector
@@ -50,7 +63,9 @@ class AttentionGDOptions:
         "magnitude" (|W| / row max), "wanda" (|W|·‖X_j‖ / row max), "random" (U(0, 1),
         seeded) or "wanda_mask" (Wanda's binary keep mask at the target: L(M₀) is Wanda's
         attention error and GD refines it): the scaled inits carry a baseline's ranking so
-        binarising M₀ by M is that baseline's mask, and GD's moves are measurable against it.
+        binarising M₀ by M is that baseline's mask, and GD's moves are measurable against it;
+        "obd_mask": the keep mask of the objective's own second-order saliency per row
+        (Optimal Brain Damage on the attention error: saliency.py), per GQA group.
     refine: "swap" runs ``swaps.swap_search`` on each group's binarised objective from the
         binarised M_T (at most ``swap_evals`` loss evaluations per group; every row keeps its
         count, the loss never rises), "none" writes bin(M_T) as it is.
@@ -88,7 +103,7 @@ class AttentionGDOptions:
     optimizer: str = option(
         "adam", "Optimiser", "'gd' (Paper B), 'adam' or 'lbfgs'", OPTIMIZERS, expert=True
     )
-    steps: int = option(150, "Gradient steps (at most)", "cap on steps per group", (1, 5000))
+    steps: int = option(150, "Gradient steps (at most)", "cap on steps per group", (0, 5000))
     tol: float = option(
         1e-5,
         "Stop when the loss changes less than",
@@ -102,6 +117,16 @@ class AttentionGDOptions:
     )
     power_iters: int = option(
         3, "Curvature probes", "Hessian-vector products", (1, 100), expert=True
+    )
+    relax: str = option(
+        "free", "Relaxation", "'free', or one that keeps each row's budget", RELAXES, expert=True
+    )
+    anneal_weight: float = option(
+        1.0,
+        "Binarisation penalty at the cap",
+        "relax='anneal': per attention row at M = ½",
+        (0.0, 100.0),
+        expert=True,
     )
     init: str = option(
         "wanda_mask", "Starting mask", "the mask GD refines ('wanda_mask': Wanda's)", INITS
@@ -152,7 +177,19 @@ class AttentionGDOptions:
             f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}",
         )
         check(not (self.clip and self.optimizer == "lbfgs"), "clip does not apply to lbfgs")
-        check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
+        check(self.steps >= 0, f"steps must be >= 0, got {self.steps}")
+        check(self.relax in RELAXES, f"relax must be one of {RELAXES}, got {self.relax!r}")
+        check(
+            math.isfinite(self.anneal_weight) and self.anneal_weight >= 0,
+            f"anneal_weight must be >= 0, got {self.anneal_weight}",
+        )
+        if self.relax != "free":
+            check(self.scope == "row", f"relax={self.relax!r} keeps a row budget: scope='row'")
+            allowed = ("adam", "gd") if self.relax == "polytope" else ("adam",)
+            check(
+                self.optimizer in allowed,
+                f"relax={self.relax!r} runs with optimizer in {allowed}, got {self.optimizer!r}",
+            )
         check(math.isfinite(self.tol) and self.tol >= 0, f"tol must be >= 0, got {self.tol}")
         check(self.step in STEP_RULES, f"step must be one of {STEP_RULES}, got {self.step!r}")
         check(self.step != "fixed" or self.eta is not None, "step='fixed' needs eta")

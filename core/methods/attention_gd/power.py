@@ -1,35 +1,37 @@
 """Detection power of the assumption rule (diagnostics.RULE) at a given step budget.
 
 A verdict of "inconclusive" says little unless one knows whether the rule *could* have said
-"supported" at the budget it ran. So the rule is run on controls whose answer is known and whose
-conditioning matches the real layers' problems (controls.matched_quadratic: PL with μ = 1e-2,
-1e-4 and L = 1, and the spectrum measured on a real group, controls.MEASURED_SPECTRUM;
-controls.pl_violating: no PL constant), from ``STARTS`` seeded starts each,
-exactly as production runs it: the judged trajectory comes from production's optimiser
+"supported" at the budget it ran. So the rule is run on controls whose answer is known and that
+match a real layer (``synthetic_layer``: dimension 10⁴, ``STARTS`` = 64 seeded draws each):
+
+  "spectrum 1..10"  PL holds, μ = 1, L = 10 (the truth is "supported": the rule's power);
+  "layer density"   PL holds with the real group's spectral density, negative part
+                    included (``synthetic_layer.density``; μ = 8.6e-6, L = 382 for the
+                    provisional one): "supported" is right, "contradicted" a false alarm;
+  "x⁴"              PL violated (no μ > 0): the truth is "contradicted";
+  "|x|^{3/2}"       the gradient is not Lipschitz: the truth is "contradicted";
+
+exactly as production judges a group: the judged trajectory comes from production's optimiser
 (``AttentionGDOptions().optimizer``, Adam by default, with the default options' learning rate,
-``tol`` and step cap; ``judged_run``), and the checks use the same check points, Hessian probes
-and first step of the independent run. Power = the fraction of PL-satisfying controls that come
-out "supported", and of violating ones that come out "contradicted"; each fraction carries a
-95 % Wilson interval (a binomial proportion over the starts). Plain GD with backtracking
-(``diagnostics.descend``, optimizer="gd") stays available as the budget ladder's other reading.
+``tol`` and step cap; ``judged_run``), and the checks use the same check points, Hessian
+probes and first step of the independent run. Each rate carries a 95 % Wilson interval over
+the starts; a power statement gives its upper limit (``verdict_notes``). The production
+budget's table is stored beside this module (``power_production.json``, written by
+``python bench/attention_gd.py --power``) so a page reads it instead of judging 512 starts.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 from torch import Tensor
 
-from core.methods.attention_gd.controls import (
-    MATCHED_L,
-    MATCHED_MU,
-    MEASURED_SPECTRUM,
-    matched_quadratic,
-    pl_violating,
-    start,
-)
+from core.methods.attention_gd import synthetic_layer as lc
+from core.methods.attention_gd.controls import start as small_start
 from core.methods.attention_gd.diagnostics import (
     AutogradObjective,
     Descent,
@@ -43,10 +45,17 @@ from core.methods.attention_gd.steppers import ADAM_LR, adam_steps, lbfgs_steps
 PRODUCTION_STEPS = AttentionGDOptions().steps
 PRODUCTION_OPTIMIZER = AttentionGDOptions().optimizer
 OPTIMIZER_NAMES = {"gd": "plain GD", "adam": "Adam", "lbfgs": "L-BFGS"}
-STARTS = 8  # seeded starts (and draws of Q, c) per control
-BUDGETS = (20, 50, 100, 200, 500, 1000)  # the ladder on which the budget that detects is sought
-TARGET = 0.8  # power at which a budget "detects"
+STARTS = 64  # seeded draws (Q, c, start, eigenvalue order) per control
 Z95 = 1.96
+STORED = Path(__file__).resolve().parent / "power_production.json"
+# control -> (synthetic_layer kind, density or None, the verdict its truth calls for)
+CONTROLS = {
+    "spectrum 1..10": ("pl", "easy", "supported"),
+    "layer density": ("pl", "layer", "supported"),
+    "x⁴": ("quartic", None, "contradicted"),
+    "|x|^{3/2}": ("threehalves", None, "contradicted"),
+}
+VERDICT_KEYS = ("supported", "contradicted", "inconclusive")
 
 
 def wilson(hits: int, n: int) -> tuple[float, float]:
@@ -88,7 +97,8 @@ def judged_run(
     record(0, x0.clone(), value, grad)
     lr = opts.eta if opts.eta is not None else ADAM_LR
     if optimizer == "adam":
-        stepper = adam_steps(evaluate, x0.clone(), grad, lr, opts.clip)
+        box = (lambda x: x.clamp(0.0, 1.0)) if opts.clip else None
+        stepper = adam_steps(evaluate, x0.clone(), grad, lr, box)
     else:
         stepper = lbfgs_steps(evaluate, x0.clone(), value, grad, first_step=opts.eta)
     eta, t = lr, 0
@@ -101,14 +111,13 @@ def judged_run(
     return run, eta
 
 
-def judge_control(
-    f, seed: int, steps: int, optimizer: str = PRODUCTION_OPTIMIZER
+def judge(
+    obj: Objective, x0: Tensor, seed: int, steps: int, optimizer: str = PRODUCTION_OPTIMIZER
 ) -> dict[str, Any]:
-    """``check_assumptions`` on ``optimizer``'s run from start ``seed`` of ``f`` (``judged_run``),
+    """``check_assumptions`` on ``optimizer``'s run of ``obj`` from ``x0`` (``judged_run``),
     with production's check settings."""
     opts = AttentionGDOptions()
-    obj = AutogradObjective(f)
-    run, eta0 = judged_run(obj, start(seed), steps, optimizer)
+    run, eta0 = judged_run(obj, x0, steps, optimizer)
     return check_assumptions(
         obj,
         run,
@@ -120,94 +129,75 @@ def judge_control(
     )
 
 
-def _rate(verdicts: list[str], wanted: str) -> dict[str, float]:
-    hits = sum(v == wanted for v in verdicts)
-    lo, hi = wilson(hits, len(verdicts))
-    return {"rate": hits / len(verdicts), "lo": lo, "hi": hi, "n": len(verdicts)}
-
-
-MATCHED = (*((mu, MATCHED_L) for mu in MATCHED_MU), MEASURED_SPECTRUM)  # (μ, L) per control
-
-
-@functools.lru_cache(maxsize=64)
-def detection_power(
-    steps: int,
-    mu: float,
-    starts: int = STARTS,
-    optimizer: str = PRODUCTION_OPTIMIZER,
-    lip: float = MATCHED_L,
+def judge_control(
+    f, seed: int, steps: int, optimizer: str = PRODUCTION_OPTIMIZER
 ) -> dict[str, Any]:
-    """At a cap of ``steps`` ``optimizer`` steps: the fraction of matched quadratics with PL
-    constant ``mu`` and top curvature ``lip`` that the rule calls "supported" (and, wrongly,
-    "contradicted"), and the
-    fraction of PL-violating controls it calls "contradicted" (and, wrongly, "supported"), each
-    with its interval; "steps_taken": the mean steps the judged runs took (tol may stop them)."""
-    if steps < 1 or starts < 1 or not 0 < mu <= lip:
-        raise ValueError(f"need steps, starts >= 1, 0 < mu <= lip; got {steps}, {starts}, {mu}")
-    pl = [judge_control(matched_quadratic(mu, s, lip), s, steps, optimizer) for s in range(starts)]
-    bad = [judge_control(pl_violating(s), s, steps, optimizer) for s in range(starts)]
-    taken = [r["steps_taken"] for r in pl + bad]
-    pl, bad = [r["verdict"] for r in pl], [r["verdict"] for r in bad]
+    """``judge`` of an 8-dimensional control function f (controls.py) from start ``seed``."""
+    return judge(AutogradObjective(f), small_start(seed), seed, steps, optimizer)
+
+
+def layer_control(name: str, seed: int) -> lc.SeparableControl:
+    """Draw ``seed`` of the layer-matched control ``name`` (``CONTROLS``)."""
+    kind, dens, _ = CONTROLS[name]
+    return lc.SeparableControl(kind, seed, lc.density() if dens == "layer" else lc.EASY)
+
+
+def rate(hits: int, n: int) -> dict[str, float]:
+    """A fraction with its 95 % Wilson interval."""
+    lo, hi = wilson(hits, n)
+    return {"rate": hits / n if n else math.nan, "lo": lo, "hi": hi, "n": n, "hits": hits}
+
+
+@functools.lru_cache(maxsize=32)
+def detection_power(
+    steps: int, control: str, starts: int = STARTS, optimizer: str = PRODUCTION_OPTIMIZER
+) -> dict[str, Any]:
+    """The verdicts of ``starts`` draws of ``control`` judged at a cap of ``steps``
+    ``optimizer`` steps: per verdict its fraction with interval, the control's truth (the
+    verdict it calls for), μ, L, the density used and the mean steps the runs took."""
+    if steps < 1 or starts < 1 or control not in CONTROLS:
+        raise ValueError(f"need steps, starts >= 1 and a control of {tuple(CONTROLS)}")
+    verdicts, taken, obj = [], [], None
+    for s in range(starts):
+        obj = layer_control(control, s)
+        out = judge(obj, lc.start(s, obj.n), s, steps, optimizer)
+        verdicts.append(out["verdict"])
+        taken.append(out["steps_taken"])
+    _, dens, truth = CONTROLS[control]
     return {
+        "control": control,
         "steps": steps,
-        "mu": mu,
-        "L": lip,
         "optimizer": optimizer,
+        "truth": truth,
+        "mu": obj.mu,
+        "L": obj.lip,
+        "dim": obj.n,
+        "density": {"layer": lc.density().source, "easy": lc.EASY.source}.get(dens, "-"),
         "steps_taken": sum(taken) / len(taken),
-        "supported": _rate(pl, "supported"),
-        "false_contradicted": _rate(pl, "contradicted"),
-        "contradicted": _rate(bad, "contradicted"),
-        "false_supported": _rate(bad, "supported"),
+        **{v: rate(verdicts.count(v), starts) for v in VERDICT_KEYS},
     }
 
 
-def detecting_budget(
-    mu: float, target: float = TARGET, optimizer: str = PRODUCTION_OPTIMIZER
-) -> int | None:
-    """The smallest budget of ``BUDGETS`` at which the rule, judging ``optimizer``'s runs,
-    supports PL with ``mu`` and contradicts the violating control each in ≥ ``target`` of the
-    controls (None: none does)."""
-    for steps in BUDGETS:
-        p = detection_power(steps, mu, optimizer=optimizer)
-        if p["supported"]["rate"] >= target and p["contradicted"]["rate"] >= target:
-            return steps
-    return None
+@functools.lru_cache(maxsize=1)
+def _stored() -> dict[str, Any] | None:
+    return json.loads(STORED.read_text()) if STORED.is_file() else None
 
 
-def budget_words(steps: int, optimizer: str = PRODUCTION_OPTIMIZER) -> str:
-    """ "150 Adam steps (tol 1e-05)": the budget and the optimiser a power figure is for."""
-    tol = AttentionGDOptions().tol
-    stop = f" (tol {tol:g})" if optimizer != "gd" and tol > 0 else ""
-    return f"{steps} {OPTIMIZER_NAMES.get(optimizer, optimizer)} steps{stop}"
+def stored_table() -> dict[tuple[str, int, str], dict[str, Any]]:
+    """The stored production-budget table, keyed (optimizer, steps, control); empty when the
+    file is missing or was measured on other controls (dimension, starts, density)."""
+    data = _stored()
+    if data is None:
+        return {}
+    if (data["dim"], data["starts"], data["density"]) != (lc.DIM, STARTS, lc.density().source):
+        return {}
+    return {(r["optimizer"], r["steps"], r["control"]): r for r in data["rows"]}
 
 
-def power_note(verdict: str, steps: int, optimizer: str = PRODUCTION_OPTIMIZER) -> str:
-    """The sentence every verdict row carries: what this rule detects when it judges runs of
-    at most ``steps`` ``optimizer`` steps."""
-    parts = []
-    for mu in MATCHED_MU:
-        r = detection_power(steps, mu, optimizer=optimizer)["supported"]
-        parts.append(f"PL with μ = {mu:g} in {r['rate']:.0%} [{r['lo']:.0%}, {r['hi']:.0%}]")
-    mu, lip = MEASURED_SPECTRUM
-    r = detection_power(steps, mu, optimizer=optimizer, lip=lip)["supported"]
-    parts.append(
-        f"the measured layer spectrum (μ = {mu:.2g}, L = {lip:.3g}) in {r['rate']:.0%} "
-        f"[{r['lo']:.0%}, {r['hi']:.0%}]"
-    )
-    c = detection_power(steps, MATCHED_MU[0], optimizer=optimizer)["contradicted"]
-    # A "contradicted" is only as good as the rule's false alarms on PL-holding controls: the
-    # worst control's rate is stated with its interval (the measured spectrum's is not 0).
-    f, worst = max(
-        ((detection_power(steps, m, optimizer=optimizer, lip=lip)["false_contradicted"], m)
-         for m, lip in MATCHED),
-        key=lambda pair: pair[0]["rate"],
-    )  # fmt: skip
-    return (
-        f"{verdict}: at {budget_words(steps, optimizer)} this rule detects "
-        f"{', '.join(parts[:-1])} and {parts[-1]} of controls "
-        f"(n = {STARTS} each), and a PL violation (x⁴) in {c['rate']:.0%} "
-        f"[{c['lo']:.0%}, {c['hi']:.0%}]; it wrongly contradicts PL in up to {f['rate']:.0%} "
-        f"[{f['lo']:.0%}, {f['hi']:.0%}] of PL-holding controls (μ = {worst:.2g})"
+def power(steps: int, control: str, optimizer: str = PRODUCTION_OPTIMIZER) -> dict[str, Any]:
+    """``detection_power`` at the default starts: the stored row when there is one."""
+    return stored_table().get((optimizer, steps, control)) or detection_power(
+        steps, control, STARTS, optimizer
     )
 
 
@@ -215,29 +205,31 @@ def power_table(
     budgets: tuple[int, ...] = (PRODUCTION_STEPS,),
     optimizers: tuple[str, ...] = (PRODUCTION_OPTIMIZER,),
 ) -> list[dict[str, Any]]:
-    """Rows (optimiser, steps, μ, L, power to support, false contradictions, power to
-    contradict, false supports) for the page and the report: one per control of ``MATCHED``."""
+    """Rows (optimiser, steps, control, truth, μ, L, each verdict's fraction with interval)
+    for the page and the report: one per control."""
     rows = []
     for optimizer in optimizers:
         for steps in budgets:
-            for mu, lip in MATCHED:
-                p = detection_power(steps, mu, optimizer=optimizer, lip=lip)
-                rows.append(
-                    {
-                        "optimizer": optimizer,
-                        "steps": steps,
-                        "mu": mu,
-                        "L": lip,
-                        "steps_taken": p["steps_taken"],
-                        "supported": p["supported"]["rate"],
-                        "supported_lo": p["supported"]["lo"],
-                        "supported_hi": p["supported"]["hi"],
-                        "false_contradicted": p["false_contradicted"]["rate"],
-                        "contradicted": p["contradicted"]["rate"],
-                        "false_supported": p["false_supported"]["rate"],
-                    }
-                )
+            for control in CONTROLS:
+                p = power(steps, control, optimizer)
+                row = {k: p[k] for k in ("optimizer", "steps", "control", "truth", "mu", "L")}
+                for v in VERDICT_KEYS:
+                    row |= {v: p[v]["rate"], f"{v}_lo": p[v]["lo"], f"{v}_hi": p[v]["hi"]}
+                rows.append(row | {"steps_taken": p["steps_taken"]})
     return rows
+
+
+def write_stored(optimizers: tuple[str, ...] = (PRODUCTION_OPTIMIZER, "gd")) -> Path:
+    """Measure the production budget's table afresh and store it (``STORED``)."""
+    rows = [
+        detection_power(PRODUCTION_STEPS, control, STARTS, optimizer)
+        for optimizer in optimizers
+        for control in CONTROLS
+    ]
+    out = {"dim": lc.DIM, "starts": STARTS, "density": lc.density().source, "rows": rows}
+    STORED.write_text(json.dumps(out, indent=1, ensure_ascii=False))
+    _stored.cache_clear()
+    return STORED
 
 
 def judged_optimizer(config: dict[str, Any]) -> str:
@@ -245,20 +237,3 @@ def judged_optimizer(config: dict[str, Any]) -> str:
     ``optimizer`` option; "gd" for runs from before the option existed)."""
     options = dict((config.get("prune") or {}).get("options") or ())
     return str(options.get("optimizer", "gd"))
-
-
-def rate_note(steps_pred: float, steps_taken: int, optimizer: str) -> str:
-    """Theorem 4.1's predicted steps beside the steps taken, naming the optimiser that took
-    them; the theorem's rate 1 − μ/L is for GD at step 1/L, so another optimiser's count is
-    compared with it only as an order of magnitude."""
-    name = OPTIMIZER_NAMES.get(optimizer, optimizer)
-    text = (
-        f"Theorem 4.1's rate 1 − μ̂/L̂ (plain GD at step 1/L̂) predicts {steps_pred:.3g} steps "
-        f"to the gap this run reached; it took {steps_taken} {name} steps."
-    )
-    if optimizer != "gd":
-        text += (
-            f" The theorem's rate is for GD, not {name}: the comparison says how far "
-            f"{name} is from GD's guarantee, not whether the theorem holds."
-        )
-    return text

@@ -26,8 +26,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from core.errors import ConfigError
 from core.evaluation.attention_ops import rope_adjoint
-from core.methods.attention_gd.objective import GroupProblem
+from core.methods.attention_gd.objective import GroupProblem, HeadExtras, to_heads, to_linear
+from core.pruning.masks import score_mask
 
 
 def attention_saliency(problem: GroupProblem) -> tuple[Tensor, Tensor]:
@@ -77,3 +79,27 @@ def _k_terms(x: Tensor, q: Tensor, s: Tensor, rope) -> Tensor:
         mu, nu = torch.einsum("ptuc,ui->ptic", a, x).unbind(0)
         out += (mu * (mu * sig[h][:, None, None] - 2 * nu)).sum(0)
     return out
+
+
+def obd_keep(problem: GroupProblem, sparsity: dict[str, float]) -> tuple[Tensor, Tensor]:
+    """Bool keep masks in nn.Linear layout, (r·d_h, d) for W_Q and (d_h, d) for W_K: per row
+    the entries of largest saliency ½·[∇²L]_mm (``attention_saliency``), ``sparsity`` per role
+    pruned (Optimal Brain Damage on the attention objective, no reconstruction)."""
+    sal_q, sal_k = attention_saliency(problem)
+    return (
+        ~score_mask(to_linear(sal_q), sparsity["q"], "row"),
+        ~score_mask(sal_k.T, sparsity["k"], "row"),
+    )
+
+
+def obd_masks(X, Wq, Wk, options, rope, extras: HeadExtras, sparsity) -> tuple[Tensor, Tensor]:
+    """attention-gd's M₀ for ``init="obd_mask"`` on one GQA group: ``obd_keep`` of the group's
+    objective (its rows Wq (r·d_h, d), Wk (d_h, d) of nn.Linear, windows X (N, L, d)) as 0/1
+    masks in that layout; ConfigError for q/k norms, which the saliency does not cover."""
+    head_dim = Wk.shape[0]
+    problem = GroupProblem(X, to_heads(Wq, head_dim), Wk.T, options.causal, rope, Wq.dtype, extras)
+    try:
+        keep_q, keep_k = obd_keep(problem, sparsity)
+    except ValueError as exc:
+        raise ConfigError(f"attention-gd: init='obd_mask': {exc}") from exc
+    return keep_q.to(Wq.dtype), keep_k.to(Wk.dtype)

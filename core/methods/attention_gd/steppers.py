@@ -45,11 +45,12 @@ def adam_steps(
     x: Tensor,
     grad: Tensor,
     lr: float = ADAM_LR,
-    clip: bool = False,
+    project: Callable[[Tensor], Tensor] | None = None,
 ) -> Iterator[Step]:
     """Adam (Kingma & Ba 2015) from x with gradient ``grad`` at x: m, v running moments with
-    ``ADAM_BETAS``, bias-corrected, x ← x − lr·m̂/(√v̂ + ε); ``clip`` projects onto [0, 1].
-    One evaluation per step; the loss may rise (no line search)."""
+    ``ADAM_BETAS``, bias-corrected, x ← x − lr·m̂/(√v̂ + ε), then x ← ``project``(x) when
+    given (the [0, 1] box of ``clip``, a budget polytope: relax.py). One evaluation per
+    step; the loss may rise (no line search)."""
     b1, b2 = ADAM_BETAS
     m, v = torch.zeros_like(x), torch.zeros_like(x)
     t = 0
@@ -59,8 +60,8 @@ def adam_steps(
         v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
         m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
         x = x - lr * m_hat / (v_hat.sqrt() + ADAM_EPS)
-        if clip:
-            x.clamp_(0.0, 1.0)
+        if project is not None:
+            x = project(x)
         loss, grad, aux = evaluate(x)
         yield Step(x, loss, grad, aux, 1, lr)
 

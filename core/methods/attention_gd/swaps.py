@@ -32,12 +32,12 @@ class SwapResult:
     evaluations: int = 0
 
 
-def _rows(Mq: Tensor, Mk: Tensor) -> Tensor:
+def to_rows(Mq: Tensor, Mk: Tensor) -> Tensor:
     """(r, d, d_h), (d, d_h) -> (r·d_h + d_h, d): one row per output unit (nn.Linear row)."""
     return torch.cat([Mq.transpose(1, 2).reshape(-1, Mq.shape[1]), Mk.T])
 
 
-def _unrows(rows: Tensor, Mq: Tensor) -> tuple[Tensor, Tensor]:
+def from_rows(rows: Tensor, Mq: Tensor) -> tuple[Tensor, Tensor]:
     r, d, head_dim = Mq.shape
     q = rows[: r * head_dim].view(r, head_dim, d).transpose(1, 2)
     return q, rows[r * head_dim :].T
@@ -55,11 +55,11 @@ def swap_search(
     gradient evaluations; ``batch``: swaps tried in the first round (rows of best predicted
     gain first, at most one swap per row and round). The loss never rises."""
     dtype = problem.Wq.dtype
-    keep = _rows(keep_q, keep_k).clone()
-    ev = problem.loss_and_grad(*(m.to(dtype) for m in _unrows(keep, keep_q)), 0.0)
+    keep = to_rows(keep_q, keep_k).clone()
+    ev = problem.loss_and_grad(*(m.to(dtype) for m in from_rows(keep, keep_q)), 0.0)
     out = SwapResult(keep_q, keep_k, [ev.loss.item()], evaluations=1)
     while out.evaluations < max_evaluations and batch >= 1:
-        g = _rows(ev.grad_q, ev.grad_k)
+        g = to_rows(ev.grad_q, ev.grad_k)
         inf = torch.tensor(float("inf"), dtype=g.dtype)
         i_rm = torch.where(keep, g.abs(), inf).argmin(1)  # least sensitive kept entry
         g_add, i_add = torch.where(keep, inf, g).min(1)  # restoring i changes L by ≈ +g_i
@@ -71,7 +71,7 @@ def swap_search(
         trial = keep.clone()
         trial[rows, i_rm[rows]] = False
         trial[rows, i_add[rows]] = True
-        new = problem.loss_and_grad(*(m.to(dtype) for m in _unrows(trial, keep_q)), 0.0)
+        new = problem.loss_and_grad(*(m.to(dtype) for m in from_rows(trial, keep_q)), 0.0)
         out.evaluations += 1
         if new.loss.item() < ev.loss.item():
             keep, ev = trial, new
@@ -80,5 +80,5 @@ def swap_search(
             batch = min(2 * batch, keep.shape[0])
         else:
             batch = rows.numel() // 2
-    out.keep_q, out.keep_k = _unrows(keep, keep_q)
+    out.keep_q, out.keep_k = from_rows(keep, keep_q)
     return out
