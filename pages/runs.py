@@ -1,5 +1,7 @@
 """Runs: every stored run in one sortable table; compare, delete or export a selection;
-recover one selected prune/slice run by fine-tuning (pages.recovery_views)."""
+recover one selected prune/slice run by
+fine-tuning (pages.recovery_views); a prune run's calibration sensitivity
+(pages.sensitivity_views)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from core.errors import PruneScopeError
 from core.store.report import report_html
 from pages.common import get_store, list_runs, require_frame, show_error
 from pages.recovery_views import recovery_panel
+from pages.sensitivity_views import sensitivity_panel
 
 require_frame(__file__)
 store = get_store()
@@ -89,3 +92,4 @@ if rows:
         st.error(f"{row['id']} ({row['status']}): {row['error']}")
 
 recovery_panel(store, records)
+sensitivity_panel(store, records)
