@@ -15,6 +15,7 @@ from core.names import PRUNE, SENSITIVITY, T_DRAWS
 from core.settings.request import sensitivity_request
 from core.store.run_store import RunRecord, RunStore
 from pages.common import current_job, follow_job, list_runs, pick_run, show_error, show_job
+from pages.links import linked
 
 JOB_KEY = "sensitivity_job"
 RESULT_KEY = "sensitivity_result"
@@ -99,8 +100,8 @@ def sensitivity_panel(store: RunStore, records: list[RunRecord]) -> None:
         if r.config["extra"]["source_run"] == rec.id
     ]
     if children:
-        shown = st.selectbox(
-            "Sensitivity runs of this run", [c.id for c in children],
+        shown = linked(
+            st.selectbox, "Sensitivity runs of this run", [c.id for c in children],
             format_func=lambda i: f"{i[:8]} · {_describe(children, i)}", key="sensitivity_of",
         )  # fmt: skip
         show_sensitivity(store, shown)
