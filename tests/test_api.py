@@ -71,6 +71,17 @@ def test_inplace_prunes_the_model_itself():
     assert report.achieved_sparsity == 0.25
 
 
+def test_method_options_reach_the_method(tiny):
+    """Options as keywords, or in method_options when named like prune's own keywords."""
+    model, tok = tiny
+    _, report = api.prune(
+        model, tok, "sparsegpt", 0.5, percdamp=0.05, method_options={"blocksize": 32}, **SMALL
+    )
+    options = report.config["prune"]["options"]
+    assert options["percdamp"] == 0.05 and options["blocksize"] == 32
+    assert options["selection"] == "threshold"  # the default filled in, as in a stored run
+
+
 def test_perplexity_is_the_reference_protocol(tiny):
     """api.perplexity = evaluate_perplexity on the CLI's windows of the same corpus."""
     model, tok = tiny
@@ -127,6 +138,7 @@ def test_compare_in_memory_is_the_compare_pages_data(tiny, store):
         ({"sparsity": 1.5}, ConfigError, "sparsity"),
         ({"seqlen": 4096}, ConfigError, "context of 1024"),
         ({"method": "slicegpt", "allocation": "owl"}, ConfigError, "uniform"),
+        ({"method": "slicegpt", "method_options": {"round_to": 0}}, ConfigError, "round_to"),
     ],
 )
 def test_bad_calls_fail_before_any_work_with_the_cli_errors(

@@ -100,19 +100,23 @@ def prune(
     inplace: bool = False,
     store: StoreArg | bool = False,
     progress: ProgressFn | None = None,
+    method_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> Pruned:
     """Prune ``model`` (a Hugging Face causal LM of a supported family) with ``method`` at
     ``sparsity`` (or the N:M ``pattern``), calibrated on ``calib``: a corpus name (its train
     split: ``nsamples`` windows of ``seqlen`` tokens drawn with ``seed``, as ``--calib``), a
-    CalibConfig, or token ids (N, L). ``options``: the method's own (``python -m core
-    methods`` lists them). A copy is pruned unless ``inplace``. ``evaluate``: a corpus name,
-    ``eval_data(...)`` or windows to measure the pruned model's perplexity on. ``store``: a
+    CalibConfig, or token ids (N, L); the defaults are ``python -m core prune``'s. ``options``:
+    the method's own (``python -m core methods`` lists them; one named like a keyword here,
+    e.g. SliceGPT's ``seed``, goes in ``method_options``). A copy is pruned unless
+    ``inplace``. ``evaluate``: a corpus name, ``eval_data(...)`` or windows to measure the
+    pruned model's perplexity on. ``store``: a
     RunStore, a folder, or True for $PRUNESCOPE_HOME: the call becomes the stored run the same
     CLI command makes (evaluated on ``evaluate``, by default WikiText-2 as the CLI), under the
     model's name (its config's ``name_or_path``), which must load the same weights."""
     lm = loaded(model, tokenizer)
-    typed = typed_options(method, options)  # unknown keys: ConfigError naming the options
+    # unknown keys: ConfigError naming the method's options
+    typed = typed_options(method, {**(method_options or {}), **options})
     cfg_prune = PruneConfig(method, sparsity, pattern, targets, allocation, options=typed,
                             calib_dtype=calib_dtype)  # fmt: skip
     calib_cfg = calib_config(calib, nsamples, seqlen, seed, data_dir)
