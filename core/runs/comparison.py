@@ -305,16 +305,10 @@ def _compare(store: RunStore, run: Run, text: str, dec: Decoding, on_token, prog
 
 
 def compare_models(
-    dense_lm: LoadedModel,
-    lm: LoadedModel,
-    ids: list[int],
-    dec: Decoding,
-    name: str,
-    how: str,
-    basis: list[torch.Tensor | None] | None,
-    on_token: TokenFn | None = None,
+    dense_lm: LoadedModel, lm: LoadedModel, ids: list[int], dec: Decoding, name: str, how: str,
+    basis: list[torch.Tensor | None] | None, on_token: TokenFn | None = None,
     dense: Side | None = None,
-) -> tuple[RunComparison, Side]:
+) -> tuple[RunComparison, Side]:  # fmt: skip
     """A model beside its dense model on token ids: (the comparison, the dense side, its lens
     dropped, to reuse). ``basis``: ``rotation_back`` of a sliced model, None when both share
     the dense basis; ``dense``: the dense side already computed on these ids and decoding.
