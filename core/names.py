@@ -110,6 +110,9 @@ GRID_SWEEP = "grid-sweep"
 MODEL_KINDS = (EVAL, PRUNE, SLICE)  # kinds whose model a zeroshot run can evaluate
 PRUNED_KINDS = (PRUNE, SLICE)  # kinds that change a model and compare it with the dense one
 RECOVER = "recover"  # fine-tunes a stored prune/slice run's model, keeping its zeros
+# re-prunes a stored prune run with other calibration draws or another corpus (each draw an
+# ordinary prune run) and measures how much its keep masks agree (core.runs.sensitivity)
+SENSITIVITY = "sensitivity"
 JOB_KINDS = (*PRUNED_KINDS, RECOVER)  # kinds whose background job id is the run id
 
 # ---- recovery fine-tuning (the recover kind) -----------------------------------------------------
@@ -128,6 +131,7 @@ STAGES: dict[str, str] = {
     "slice": "slicing the model",
     "zeroshot": "zero-shot tasks (lm-eval scoring)",
     "recover": "fine-tuning to recover (sparsity held)",
+    "sensitivity": "re-pruning with other calibration draws",
 }
 
 # ---- stored tables -------------------------------------------------------------------------------
@@ -145,6 +149,8 @@ T_ZEROSHOT = "zeroshot"  # zero-shot accuracy per task
 T_ZEROSHOT_ITEMS = "zeroshot_items"  # zero-shot per-item predictions
 T_EVAL_WINDOWS = "eval_windows"  # eval/prune/slice: NLL of every evaluation window
 T_RECOVERY = "recovery"  # recover: training loss and held-out perplexity every K steps
+T_AGREEMENT = "agreement"  # sensitivity: kept-set agreement per (draw, layer, linear)
+T_DRAWS = "draws"  # sensitivity: one row per calibration draw (its run, seed, corpus, ppl)
 
 # ---- stored arrays -------------------------------------------------------------------------------
 A_METHOD = "method"  # a method's own arrays (masks)

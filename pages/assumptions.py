@@ -42,6 +42,7 @@ from pages.common import (
     store_reads,
 )
 from pages.gd_views import show_standing
+from pages.links import linked
 from pages.starters import offer_run
 
 require_frame(__file__)
@@ -177,10 +178,9 @@ def show_verdicts(run: Run, groups: pd.DataFrame) -> None:
     st.caption(f"The rule's controls, and what each curve looks like, are under '{CONTROLS}'.")
     traj = run.table(TABLE_TRAJECTORY)
     c1, c2 = st.columns(2)
-    layer = c1.selectbox("Layer", sorted(traj["layer"].unique()), key="gd_layer")
-    group = c2.selectbox(
-        "GQA group", sorted(traj.loc[traj["layer"] == layer, "group"].unique()), key="gd_group"
-    )
+    layer = linked(c1.selectbox, "Layer", sorted(traj["layer"].unique()), key="gd_layer")
+    groups_here = sorted(traj.loc[traj["layer"] == layer, "group"].unique())
+    group = linked(c2.selectbox, "GQA group", groups_here, key="gd_group")
     sel = traj[(traj["layer"] == layer) & (traj["group"] == group)].copy()
     heads = "q head " + sel["head"].fillna(-1).astype(int).astype(str)
     sel["block"] = np.select(

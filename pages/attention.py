@@ -23,6 +23,7 @@ from pages.common import (
     store_reads,
 )
 from pages.gd_views import show_standing
+from pages.links import linked
 from pages.starters import offer_run
 
 require_frame(__file__)
@@ -159,14 +160,15 @@ def error_view(
     if len(set(series.values())) < len(series):  # same method and sparsity twice: tell them apart
         series = {rid: f"{name} [{rid[:4]}]" for rid, name in series.items()}
     c1, c2 = st.columns([2, 1])
-    compare = c1.multiselect(
+    compare = linked(
+        c1.multiselect,
         "Runs to compare (same model)",
         list(labels),
-        [r.id for r in same_model[:MAX_COMPARE]],
+        default=[r.id for r in same_model[:MAX_COMPARE]],
         format_func=labels.get,
         key="cmp",
     )
-    source = c2.radio("Measured on", list(SOURCES), key="err_source", horizontal=True)
+    source = linked(c2.radio, "Measured on", list(SOURCES), key="err_source", horizontal=True)
     rows = []
     for rid in compare:
         if SOURCES[source] is None:
@@ -197,9 +199,10 @@ def sections(
 ) -> None:
     """The prompt and the three sections, of which only the open tab runs: a fragment, so a
     new prompt or another tab reruns this part alone, and a new prompt costs one run's maps."""
-    prompt = st.text_area(
+    prompt = linked(
+        st.text_area,
         "Prompt",
-        DEFAULT_PROMPT,
+        value=DEFAULT_PROMPT,
         key="attn_prompt",
         max_chars=400,
         help=f"the first {am.MAX_PROMPT_TOKENS} tokens are used; Ctrl+Enter applies it",
@@ -243,7 +246,19 @@ with store_reads():  # a damaged run: its message below the picker
     n_layers, n_heads = int(geo.get("n_layers", 1)), int(geo.get("n_heads", 1))
     n_kv, head_dim = int(geo.get("n_kv_heads", n_heads)), int(geo.get("head_dim", 1))
     c1, c2 = st.columns(2)
-    layer = c1.slider("Layer", 0, n_layers - 1, 0, key="attn_layer") if n_layers > 1 else 0
-    head = c2.slider("Query head", 0, n_heads - 1, 0, key="attn_head") if n_heads > 1 else 0
+    layer = (
+        0
+        if n_layers < 2
+        else linked(
+            c1.slider, "Layer", key="attn_layer", min_value=0, max_value=n_layers - 1, value=0
+        )
+    )
+    head = (
+        0
+        if n_heads < 2
+        else linked(
+            c2.slider, "Query head", key="attn_head", min_value=0, max_value=n_heads - 1, value=0
+        )
+    )
     kv_head = head // max(n_heads // n_kv, 1)
     sections(run_rec, run, runs, stamps, layer, head, kv_head, head_dim)

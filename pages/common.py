@@ -20,6 +20,7 @@ from core.names import STAGES
 from core.store.integrity import files_stamp
 from core.store.reindex import damage_message, index_damage, rebuild_index
 from core.store.run_store import RunRecord, RunStore, default_root
+from pages import links
 
 FRAME_KEY = "_frame_ran"  # set by app.py on every run
 
@@ -33,6 +34,7 @@ def require_frame(page_file: str) -> None:
     """
     if st.session_state.get(FRAME_KEY):
         return
+    links.opened()  # the link's selections, before the redirect drops them from the URL
     st.session_state["pending_page"] = f"pages/{Path(page_file).name}"
     st.switch_page("app.py")
 
@@ -120,16 +122,19 @@ def run_label(r: RunRecord) -> str:
 
 
 def pick_run(label: str, records: list[RunRecord], key: str) -> RunRecord | None:
-    """A selectbox of runs that starts at (and remembers) ``st.session_state.selected_run``."""
+    """A selectbox of runs that starts at the link's run (``pages.links``), else at (and
+    remembers) ``st.session_state.selected_run``; the chosen run's id goes to the URL."""
     if not records:
         return None
     ids = [r.id for r in records]
+    links.restore(key, ids)
     if st.session_state.get(key) not in ids:
         wanted = st.session_state.get("selected_run")
         st.session_state[key] = wanted if wanted in ids else ids[0]
     by_id = {r.id: r for r in records}
     chosen = st.selectbox(label, ids, key=key, format_func=lambda i: run_label(by_id[i]))
     st.session_state["selected_run"] = chosen
+    links.publish(key, chosen)
     return by_id[chosen]
 
 
@@ -137,11 +142,14 @@ def open_section(labels: list[str], key: str, default: str | None = None) -> tup
     """Tabs of which only the open one runs (Streamlit's lazy tabs, ``on_change="rerun"``):
     (its label, its container). A page then sends the browser one section's charts, which
     is what keeps it near half a second with hundreds of runs (bench/app_latency.py); every
-    other picture stays one click away."""
+    other picture stays one click away. The open one is in the URL (``pages.links``)."""
+    default = links.take(key, labels) or default
     tabs = st.tabs(labels, key=key, default=default, on_change="rerun")
     for label, tab in zip(labels, tabs, strict=True):
         if tab.open:
+            links.publish(key, label)
             return label, tab
+    links.publish(key, labels[0])
     return labels[0], tabs[0]
 
 

@@ -9,16 +9,23 @@ from core.analysis.departure import departure_reading, generation_reading, nll_r
 from core.demo import PAGE_ATTENTION
 from core.errors import PruneScopeError
 from core.evaluation.generate import Decoding
-from core.figures.compare import layer_curves, lens_frame, token_nll_map
+from core.figures.compare import layer_curves, layer_frame, lens_frame, run_series, token_nll_map
+from core.notebooks import compare_notebook
 from core.runs import comparison as cmp
 from core.store.record import RunRecord
 from core.store.report import report_html
 from pages.common import fmt_seconds, get_store, list_runs, require_frame, run_label, show_error
+from pages.links import linked
 from pages.starters import offer_run
 
 require_frame(__file__)
 MAX_RUNS = 4
 OWN = "Your own text"
+# the decoding widgets' ranges: value, min, max, step
+NEW_TOKENS = dict(value=32, min_value=1, max_value=128)
+TEMPERATURE = dict(value=0.0, min_value=0.0, max_value=2.0, step=0.1)
+TOP_P = dict(value=1.0, min_value=0.05, max_value=1.0, step=0.05)
+SEED = dict(value=0, min_value=0, max_value=2**31 - 1)
 
 store = get_store()
 st.title("Compare")
@@ -37,13 +44,14 @@ if not records:
 
 models = list(dict.fromkeys(r.model for r in records))
 c1, c2 = st.columns([1, 2])
-model = c1.selectbox("Model", models, key="cmp_model")
+model = linked(c1.selectbox, "Model", models, key="cmp_model")
 of_model = [r for r in records if r.model == model]
 labels = {r.id: run_label(r) for r in of_model}
-chosen = c2.multiselect(
+chosen = linked(
+    c2.multiselect,
     "Runs to compare (same model)",
     list(labels),
-    list(labels)[:1],
+    default=list(labels)[:1],
     format_func=labels.get,
     max_selections=MAX_RUNS,
     key="cmp_runs",
@@ -55,18 +63,16 @@ by_id: dict[str, RunRecord] = {r.id: r for r in of_model}
 
 with st.expander("Decoding (the same for the dense model and every run)"):
     d1, d2, d3, d4 = st.columns(4)
-    new_tokens = d1.number_input("New tokens", 1, 128, 32, key="cmp_tokens")
-    temperature = d2.number_input("Temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="cmp_t")
-    top_p = d3.number_input("Top-p", 0.05, 1.0, 1.0, 0.05, key="cmp_top_p")
-    seed = d4.number_input("Seed", 0, 2**31 - 1, 0, key="cmp_seed")
+    new_tokens = linked(d1.number_input, "New tokens", key="cmp_tokens", **NEW_TOKENS)
+    temperature = linked(d2.number_input, "Temperature (0 = greedy)", key="cmp_t", **TEMPERATURE)
+    top_p = linked(d3.number_input, "Top-p", key="cmp_top_p", **TOP_P)
+    seed = linked(d4.number_input, "Seed", key="cmp_seed", **SEED)
 dec = Decoding(int(new_tokens), float(temperature), float(top_p), int(seed))
 
 
 def name_of(run_id: str) -> str:
     r = by_id[run_id]
-    sparsity = f" {r.sparsity:g}" if r.sparsity is not None else ""
-    pattern = f" {r.pattern}" if r.pattern and r.pattern != "unstructured" else ""
-    return f"{r.method or r.kind}{sparsity}{pattern} [{run_id[:4]}]"
+    return run_series(r.method or r.kind, r.sparsity, r.pattern, run_id)
 
 
 def announce_rebuilds(run_ids: list[str]) -> None:
@@ -122,12 +128,7 @@ def token_view(results: dict[str, cmp.RunComparison]) -> list:
 
 
 def layer_view(results: dict[str, cmp.RunComparison]) -> list:
-    rows = [
-        {"series": name_of(rid), "layer": i, "kl": kl, "rel_error": err}
-        for rid, r in results.items()
-        for i, (kl, err) in enumerate(zip(r.layers.kl, r.layers.rel_error, strict=True))
-    ]
-    fig = layer_curves(pd.DataFrame(rows))
+    fig = layer_curves(layer_frame({name_of(rid): r for rid, r in results.items()}))
     st.plotly_chart(fig, key="cmp_layers")
     readings = [departure_reading(r.layers.kl, name_of(rid)) for rid, r in results.items()]
     for line in readings:
@@ -155,7 +156,8 @@ def comparison(run_ids: list[str]) -> None:
     except PruneScopeError as exc:  # e.g. a damaged run (core.store.integrity)
         show_error(exc)
         return
-    choice = st.radio(
+    choice = linked(
+        st.radio,
         "Text",
         [*cmp.PROMPTS, OWN],
         horizontal=True,
@@ -163,10 +165,12 @@ def comparison(run_ids: list[str]) -> None:
         help="a prepared prompt of the teaching path, or your own text",
     )
     prepared = "" if choice == OWN else cmp.prompt_text(first, choice)
-    text = st.text_area(
+    text = linked(
+        st.text_area,
         "Prompt",
-        prepared,
+        value=prepared,
         key=f"cmp_text_{choice}",
+        param="prompt",
         max_chars=2000,
         help="continued by every model, and scored token by token; Ctrl+Enter applies it",
     )
@@ -184,12 +188,21 @@ def comparison(run_ids: list[str]) -> None:
     except PruneScopeError as exc:
         show_error(exc)
         return
-    st.download_button(
+    left, right = st.columns(2)
+    left.download_button(
         f"Report of {name_of(run_ids[0])} (HTML)",
         lambda: report_html(store, run_ids[0], extra),
         file_name=f"prunescope-{run_ids[0]}.html",
         mime="text/html",
         key="cmp_report",
+    )
+    right.download_button(
+        "Export notebook",
+        lambda: compare_notebook(store.root, run_ids, text, dec),
+        file_name=f"prunescope-compare-{run_ids[0][:8]}.ipynb",
+        mime="application/x-ipynb+json",
+        key="cmp_notebook",
+        help="a Jupyter notebook whose cells rebuild these figures from the store (core.api)",
     )
 
 

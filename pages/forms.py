@@ -24,6 +24,7 @@ from core.settings.field import CHOICE, FLAG, FLOAT, INT, MULTI, Field, method_l
 from core.settings.method_options import EXPERT, option_fields, option_pairs, typed_options
 from core.store.run_store import RunStore
 from pages.common import device_info
+from pages.links import linked
 
 OTHER_MODEL = "other (local folder or Hugging Face id)"
 UPLOAD = "upload a text file"
@@ -53,31 +54,37 @@ def _number(x: str) -> float | None:
 
 
 def widget(f: Field, default: Any, key: str, choices: Iterable[Any] | None = None) -> Any:
-    """The widget of one field, starting at ``default``: a toggle, a list to pick one or
-    several from, a number within the field's range, or text."""
+    """The widget of one field, starting at ``default`` (or at the link's value, in the URL
+    as ``key``: ``pages.links``): a toggle, a list to pick one or several from, a number
+    within the field's range, or text."""
     label, help_ = f.label, f.help
     menu = list(choices if choices is not None else f.choices or ())
     if f.kind == FLAG:
-        return st.toggle(label, bool(default), key=key, help=help_)
+        return linked(st.toggle, label, key=key, value=bool(default), help=help_)
     if f.kind == MULTI:
         start = [_menu_value(x, menu) for x in method_list(default)]
-        return st.multiselect(
-            label, menu, default=[x for x in start if x in menu], key=key, help=help_
-        )
+        return linked(
+            st.multiselect, label, menu, default=[x for x in start if x in menu], key=key,
+            help=help_,
+        )  # fmt: skip
     if menu:
         if default is not None and default not in menu:
             menu.append(default)
         index = menu.index(default) if default in menu else 0
-        if f.kind == CHOICE and len(menu) <= 3:
-            return st.radio(label, menu, index=index, key=key, help=help_, horizontal=True)
-        return st.selectbox(label, menu, index=index, key=key, help=help_)
+        draw = st.radio if f.kind == CHOICE and len(menu) <= 3 else st.selectbox
+        extra = {"horizontal": True} if draw is st.radio else {}
+        return linked(draw, label, menu, index=index, key=key, help=help_, **extra)
     if f.kind in (INT, FLOAT):
         cast = int if f.kind == INT else float
         lo, hi = (cast(x) for x in f.range) if f.range else (None, None)
         step = 1 if f.kind == INT else (0.05 if hi is not None and hi <= 1 else None)
         value = None if default is None else cast(default)
-        return st.number_input(label, lo, hi, value, step, key=key, help=help_)
-    text = st.text_input(label, "" if default is None else str(default), key=key, help=help_)
+        return linked(
+            st.number_input, label, key=key, kind=cast, min_value=lo, max_value=hi,
+            value=value, step=step, help=help_,
+        )  # fmt: skip
+    text = linked(st.text_input, label, key=key, value="" if default is None else str(default),
+                  help=help_)  # fmt: skip
     return text.strip() or None
 
 

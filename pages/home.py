@@ -9,6 +9,7 @@ from core.adapters import supported_families
 from core.analysis.tables import runs_frame
 from core.models.catalog import EMBEDDED_MODEL, GGUF_MODELS, available_models
 from pages.common import device_info, get_store, list_runs, require_frame
+from pages.links import linked
 from pages.starters import MODEL_KEY, demo_button
 
 require_frame(__file__)
@@ -34,8 +35,12 @@ with st.container(border=True):
     models = available_models()
     chosen = st.session_state.get(MODEL_KEY, EMBEDDED_MODEL)
     # kept under a plain key too: a widget's key is dropped on pages that do not draw it
-    st.session_state[MODEL_KEY] = st.selectbox(
-        "Model", models, index=models.index(chosen) if chosen in models else 0, key="demo_pick"
+    st.session_state[MODEL_KEY] = linked(
+        st.selectbox,
+        "Model",
+        models,
+        index=models.index(chosen) if chosen in models else 0,
+        key="demo_pick",
     )
     demo_button(get_store())
     done = list_runs(get_store(), kind="prune", status="done")

@@ -41,6 +41,7 @@ from pages.forms import (
     typed_method_options,
     upload_widget,
 )
+from pages.links import linked
 
 require_frame(__file__)
 
@@ -157,7 +158,7 @@ def layer_charts(layers: pd.DataFrame) -> None:
     left.plotly_chart(figures.layer_sparsity_chart(layers), key="sparsity_bars")
     with right:
         error_chart = st.empty()
-        log_y = st.toggle("log scale", key="err_log")
+        log_y = linked(st.toggle, "log scale", key="err_log", value=False)
         error_chart.plotly_chart(figures.layer_error_chart(layers, log_y=log_y), key="error_bars")
 
 

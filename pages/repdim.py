@@ -14,9 +14,11 @@ from core import figures, jobs
 from core.analysis.relation import effective_relation
 from core.analysis.tables import effdim_points
 from core.analysis.verdicts import ACCURACY_RULE, KAPPA_TOL
+from core.api.views import full_width
 from core.demo import PAGE_ATTENTION, PAGE_REPDIM
 from core.errors import PruneScopeError
 from core.names import DEFAULT_DIM, T_LAWS
+from core.notebooks import sweep_notebook
 from core.settings.commands import command_fields, defaults
 from core.store.run_store import Run
 from pages.common import (
@@ -42,6 +44,7 @@ from pages.forms import (
     show_estimate,
     upload_widget,
 )
+from pages.links import linked
 from pages.repdim_views import (
     matched_budgets,
     relation_slider,
@@ -121,18 +124,6 @@ def sweep_launcher() -> None:
 
 
 # ---- a stored sweep ------------------------------------------------------------------------------
-def full_width(run: Run, sweep: pd.DataFrame) -> int | None:
-    """d of the sliced model: from the run's model record, else d′/(1 − s_eff)."""
-    d = run.metrics.get("d") or (run.metrics.get("model") or {}).get("hidden_size")
-    if d:
-        return int(d)
-    if {"s_eff", "d_prime"} <= set(sweep.columns):
-        ok = sweep[(sweep["s_eff"] < 1) & sweep["d_prime"].notna()]
-        if len(ok):
-            return round(float(ok["d_prime"].iloc[0]) / (1 - float(ok["s_eff"].iloc[0])))
-    return None
-
-
 def _iv(m: dict[str, Any], key: str) -> str:
     v, lo, hi = m.get(key), m.get(f"{key}_lo"), m.get(f"{key}_hi")
     if not _num(v):
@@ -161,7 +152,15 @@ def show_sweep(run: Run) -> None:
         st.dataframe(sweep, hide_index=True)
         return
     if T_LAWS in run.tables():
-        show_laws(run, sweep, float(ppl0), int(d))
+        basis = show_laws(store, run, sweep, float(ppl0), int(d))
+        st.download_button(
+            "Export notebook",
+            lambda: sweep_notebook(store.root, run.id, basis),
+            file_name=f"prunescope-sweep-{run.id[:8]}.ipynb",
+            mime="application/x-ipynb+json",
+            key="sweep_notebook",
+            help="a Jupyter notebook whose cells rebuild these figures from the store (core.api)",
+        )
     else:
         st.info(
             "This sweep was stored before its laws were scored out of sample: run it again "
@@ -267,7 +266,9 @@ def pick_group(points: pd.DataFrame) -> pd.DataFrame:
         sizes = points["group"].value_counts()
         groups.sort(key=lambda g: -sizes.get(g, 0))
         label = {g: f"{dense.at[g, 'model']} · {dense.at[g, 'dataset']} [{g[:8]}]" for g in groups}
-        chosen = st.selectbox("Model and evaluation data", groups, format_func=label.get, key="grp")
+        chosen = linked(
+            st.selectbox, "Model and evaluation data", groups, format_func=label.get, key="grp"
+        )
     else:
         chosen = groups[0] if groups else None
     return points[points["group"] == chosen] if chosen else points
@@ -280,7 +281,7 @@ def show_effdim(points: pd.DataFrame) -> None:
         return
     group = pick_group(points)
     default = dims.index(DEFAULT_DIM) if DEFAULT_DIM in dims else 0
-    x = st.selectbox("Dimension measure", dims, index=default, key="effdim_measure")
+    x = linked(st.selectbox, "Dimension measure", dims, index=default, key="effdim_measure")
     dense = group[group["method"] == "dense"]
     others = group[(group["method"] != "dense") & group[x].notna()]
     ppl0 = float(dense["ppl"].iloc[0]) if len(dense) else None

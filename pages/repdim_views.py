@@ -23,35 +23,35 @@ from core.analysis.budget import BUDGETS
 from core.analysis.laws import PPL_TOL, S_FIT
 from core.analysis.teaching import budget_points, matched_summary, slice_point
 from core.analysis.verdicts import KAPPA_TOL
+from core.api import sweep_view
 from core.figures.laws import ERROR_KINDS, law_errors_chart, law_frame, laws_chart
 from core.figures.repdim import BUDGET_AXIS
-from core.names import T_LAW_POINTS, T_LAWS
 from core.store.run_store import Run, RunRecord, RunStore
 from pages.common import number_table
+from pages.links import linked
 
 BASES = {"s": "nominal s", "s_eff": "achieved s_eff = 1 − d′/d"}
+TEACH_S = dict(min_value=0.0, max_value=0.9, value=0.25, step=0.01)  # the relation's slider
 
 
-def show_laws(run: Run, sweep: pd.DataFrame, ppl0: float, d: int) -> None:
+def show_laws(store: RunStore, run: Run, sweep: pd.DataFrame, ppl0: float, d: int) -> str:
     """(A1)'s verdict sentence, every law's fit, its parameters with intervals and its
-    out-of-sample errors (all computed when the sweep ran: core.analysis.laws)."""
-    m = run.metrics
-    basis = st.radio(
-        "Fit against", list(BASES), format_func=BASES.get, horizontal=True, key="law_basis"
-    )
-    sfx = "" if basis == "s" else "_eff"
-    st.info(f"**Verdict ({BASES[basis]}).** {m.get('sentence' + sfx, '–')}")
-    laws = run.table(T_LAWS)
-    laws = laws[laws["basis"] == basis]
-    points = run.table(T_LAW_POINTS)
-    points = points[points["basis"] == basis]
-    measured = sweep.assign(s=sweep[basis]) if basis in sweep else sweep
+    out-of-sample errors (all computed when the sweep ran: core.analysis.laws), read through
+    ``core.api.sweep_view`` as an exported notebook reads them; returns the basis shown."""
+    basis = linked(
+        st.radio, "Fit against", list(BASES), format_func=BASES.get, horizontal=True,
+        key="law_basis",
+    )  # fmt: skip
+    view = sweep_view(run.id, basis=basis, store=store)
+    st.info(f"**Verdict ({BASES[basis]}).** {view.sentence or '–'}")
+    laws, points, m = view.laws, view.points, run.metrics
     left, right = st.columns(2)
     left.plotly_chart(figures.ppl_vs_dprime(sweep, ppl0, d), key="ppl_dprime")
-    right.plotly_chart(laws_chart(laws, measured, ppl0), key="laws_chart")
+    right.plotly_chart(laws_chart(laws, view.measured, ppl0), key="laws_chart")
     st.markdown("**Candidate laws** (mean |PPL_pred/PPL − 1| with 95% intervals)")
     st.dataframe(law_frame(laws), hide_index=True, key="law_table")
-    kind = st.radio(
+    kind = linked(
+        st.radio,
         "Held-out predictions",
         list(ERROR_KINDS),
         format_func=ERROR_KINDS.get,
@@ -76,6 +76,7 @@ def show_laws(run: Run, sweep: pd.DataFrame, ppl0: float, d: int) -> None:
             else ""
         )
     )
+    return basis
 
 
 def show_held_out(held: dict[str, Any]) -> None:
@@ -94,7 +95,7 @@ def show_held_out(held: dict[str, Any]) -> None:
 def relation_slider(sweep: pd.DataFrame, ppl0: float, d: int) -> None:
     """Move s: d′, the parameters kept, Paper A's predicted perplexity and the measured one."""
     st.subheader("Read the relation at any s")
-    s = st.slider("Slicing fraction s", 0.0, 0.9, 0.25, 0.01, key="teach_s")
+    s = linked(st.slider, "Slicing fraction s", key="teach_s", **TEACH_S)
     p = slice_point(sweep, ppl0, d, s)
     c = st.columns(4)
     c[0].metric("kept width d′", f"{p['d_prime']} of {d}")
@@ -154,13 +155,15 @@ def matched_budgets(records: list[RunRecord], version: tuple) -> None:
             g: f"{points.loc[points['group'] == g, 'model'].iloc[0]} · {n} runs [{str(g)[:8]}]"
             for g, n in sizes.items()
         }
-        group = st.selectbox(
-            "Runs compared", list(sizes.index), format_func=labels.get, key="budget_group"
-        )
+        group = linked(
+            st.selectbox, "Runs compared", list(sizes.index), format_func=labels.get,
+            key="budget_group",
+        )  # fmt: skip
         points = points[points["group"] == group]
-    budget = st.radio(
-        "Budget", BUDGETS, horizontal=True, key="budget_axis", format_func=BUDGET_AXIS.get
-    )
+    budget = linked(
+        st.radio, "Budget", BUDGETS, horizontal=True, key="budget_axis",
+        format_func=BUDGET_AXIS.get,
+    )  # fmt: skip
     group = points["group"].iloc[0] if len(sizes) > 1 else None  # the cache key of `points`
     st.plotly_chart(_chart(version, group, budget, points), key="budget_chart")
     wide, wins = _summary(version, group, budget, points)

@@ -1,5 +1,7 @@
-"""Runs: every stored run in one sortable table; compare, delete or export a selection;
-recover one selected prune/slice run by fine-tuning (pages.recovery_views)."""
+"""Runs: every stored run in one sortable table; compare, delete or export a selection (its
+ids in the URL, so a link shows the same runs); recover one selected prune/slice run by
+fine-tuning (pages.recovery_views); a prune run's calibration sensitivity
+(pages.sensitivity_views)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,13 @@ from core import figures, jobs
 from core.analysis.tables import runs_frame
 from core.errors import PruneScopeError
 from core.store.report import report_html
+from pages import links
 from pages.common import damaged_runs, get_store, list_runs, require_frame, show_error
 from pages.recovery_views import recovery_panel
+from pages.sensitivity_views import sensitivity_panel
 
 require_frame(__file__)
+LINK_KEY = "runs_from_link"
 store = get_store()
 st.title("Stored runs")
 st.caption(
@@ -55,8 +60,19 @@ selection = st.dataframe(
     },
 )
 rows = selection.selection.rows if selection is not None else []
-chosen = table.iloc[rows] if rows else table
-st.caption(f"{len(rows)} selected" if rows else "No row selected: the chart shows every run.")
+# a link's runs (?runs=ID&runs=ID) stand for the selection until rows are selected
+from_link = st.session_state.setdefault(LINK_KEY, links.take("runs", list(table["id"]), many=True))
+if rows:
+    st.session_state[LINK_KEY] = None
+    chosen = table.iloc[rows]
+    st.caption(f"{len(rows)} selected")
+elif from_link:
+    chosen = table[table["id"].isin(from_link)]
+    st.caption(f"The link's {len(chosen)} run(s); select rows to change them.")
+else:
+    chosen = table
+    st.caption("No row selected: the chart shows every run.")
+links.publish("runs", list(chosen["id"]) if rows or from_link else None)
 
 st.subheader("Perplexity vs sparsity")
 st.plotly_chart(figures.ppl_vs_sparsity(figures.compare_frame(chosen)), key="compare_chart")
@@ -98,3 +114,4 @@ if rows:
         st.error(f"{row['id']} ({row['status']}): {row['error']}")
 
 recovery_panel(store, records)
+sensitivity_panel(store, records)

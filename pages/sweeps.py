@@ -23,6 +23,7 @@ from core.jobs.grid_sweep import (
     start_grid_job,
 )
 from core.names import PRUNED_KINDS
+from core.notebooks import grid_notebook
 from core.settings.commands import command_fields, defaults, sweep_defaults
 from core.settings.sweep_axes import SWEEP_GRID
 from core.sweeps.recovery import before_after_frame, recovered_table
@@ -48,6 +49,7 @@ from pages.forms import (
     upload_widget,
     widget,
 )
+from pages.links import linked
 
 require_frame(__file__)
 
@@ -167,6 +169,14 @@ def live_grid(job_id: str) -> None:
 def show_curves(status: GridStatus) -> None:
     table = grid_table(store, list(status.cells["run_id"]))
     st.plotly_chart(sweep_curves(table), key=f"curves_{status.job_id}")
+    st.download_button(
+        "Export notebook",
+        lambda: grid_notebook(store.root, status.job_id),
+        file_name=f"prunescope-{status.job_id}.ipynb",
+        mime="application/x-ipynb+json",
+        key=f"notebook_{status.job_id}",
+        help="a Jupyter notebook whose cells rebuild these curves from the store (core.api)",
+    )
     if table["acc_mean"].notna().any():
         st.plotly_chart(accuracy_curves(table), key=f"acc_{status.job_id}")
     st.dataframe(table.drop(columns="run_ids"), hide_index=True, key=f"table_{status.job_id}")
@@ -221,8 +231,13 @@ if not past:
 else:
     start = past.index(job_id) if job_id in past else 0
     statuses = {j: grid_status(store, j) for j in past}
-    chosen = st.selectbox(
-        "Sweep", past, index=start, key=key("result"), format_func=lambda j: label(statuses[j])
+    chosen = linked(
+        st.selectbox,
+        "Sweep",
+        past,
+        index=start,
+        key=key("result"),
+        format_func=lambda j: label(statuses[j]),
     )
     shown = statuses[chosen]
     if shown.finished:

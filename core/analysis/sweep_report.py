@@ -54,11 +54,12 @@ def item_scores(items: pd.DataFrame, run_id: str, task: str) -> np.ndarray:
     return (part["pred"] == part["gold"]).to_numpy(float)
 
 
-def _fit(
+def judge_relation(
     s: Sequence[float], nll: list[np.ndarray], dense: np.ndarray, basis: str
 ) -> dict[str, Any]:
     """Every candidate law of core.analysis.laws on one s basis, (A1)'s verdict, and each
-    point's ratio and perplexity with intervals (core.analysis.uncertainty)."""
+    point's ratio and perplexity with intervals (core.analysis.uncertainty). ``nll[p]``:
+    point p's (seeds, windows) window NLLs; ``dense``: (windows,), the same windows."""
     laws = fit_laws(Means.from_units(s, nll, dense))
     line = laws["laws"]["line"]
     return {
@@ -81,8 +82,8 @@ def relation_report(
     dense = window_nlls(store, dense_run)
     nll = [np.stack([window_nlls(store, r) for r in p.run_ids]) for p in points]
     return {
-        "nominal": _fit([p.s for p in points], nll, dense, "s"),
-        "effective": _fit([p.s_eff for p in points], nll, dense, "s_eff"),
+        "nominal": judge_relation([p.s for p in points], nll, dense, "s"),
+        "effective": judge_relation([p.s_eff for p in points], nll, dense, "s_eff"),
         "n_seeds": min(len(p.run_ids) for p in points),
     }
 

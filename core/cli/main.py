@@ -5,6 +5,7 @@ Examples::
     python -m core eval --model smollm2-135m --dataset wikitext2 --data-dir ../shared/data
     python -m core prune --method wanda --sparsity 0.5 --pattern 2:4 --calib c4 --json
     python -m core run --config job.json      # a resolved RunConfig (background jobs)
+    python -m core sensitivity RUN_ID --seeds 1,2,3 --calib wikitext2
     python -m core runs list
 
 The run commands' arguments come from the field table (``core.settings.commands``); their values go
@@ -25,6 +26,7 @@ import transformers
 
 from core.cli import compare_command as cli_compare
 from core.cli import runs_command as cli_runs
+from core.cli import sensitivity_command as cli_sensitivity
 from core.cli import sweep_command as cli_sweep
 from core.cli.output import TqdmProgress, print_human
 from core.errors import ConfigError, PruneScopeError
@@ -133,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
 
     cli_compare.add_parser(sub)
+    cli_sensitivity.add_parser(sub)
 
     sub.add_parser(
         "prepare",
@@ -223,6 +226,8 @@ def _dispatch(args: argparse.Namespace, progress: TqdmProgress) -> Any:
         return cmd_methods()
     if args.command == "compare":
         return cli_compare.cmd_compare(args, progress)
+    if args.command == "sensitivity":
+        return cli_sensitivity.cmd_sensitivity(args, progress)
     if args.command == "run":
         return cmd_run_config(args, progress)
     if args.command == "effdim":
@@ -258,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, default=str))
     elif args.command == "compare":
         print(cli_compare.human_text(out))
+    elif args.command == "sensitivity":
+        print(cli_sensitivity.human_text(out))
     else:
         print_human(args.command, out)
     return 0

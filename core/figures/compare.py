@@ -1,7 +1,7 @@
 """Charts of a dense/pruned comparison on one text (the Compare page and the run report).
 
 fig = token_nll_map(tokens, {"wanda 50%": diff})      # diff (L−1,): pruned − dense NLL
-fig = layer_curves(frame)    # frame: series, layer, kl, rel_error
+fig = layer_curves(frame)    # frame: series, layer, kl, rel_error (``layer_frame``)
 """
 
 from __future__ import annotations
@@ -79,6 +79,24 @@ def layer_curves(frame: pd.DataFrame, title: str = "") -> go.Figure:
     fig.update_yaxes(title="nats", row=1, col=1, rangemode="tozero")
     fig.update_yaxes(title="relative error", row=1, col=2, rangemode="tozero")
     return layout(fig, title or "Where the pruned model parts from the dense one", height=420)
+
+
+def run_series(method: str | None, sparsity: float | None, pattern: str | None, run_id: str) -> str:
+    """A run's short series name: 'wanda 0.5 2:4 [ab12]'."""
+    s = f" {sparsity:g}" if sparsity is not None else ""
+    p = f" {pattern}" if pattern and pattern != "unstructured" else ""
+    return f"{method}{s}{p} [{run_id[:4]}]"
+
+
+def layer_frame(results: Mapping[str, object]) -> pd.DataFrame:
+    """``layer_curves``' frame from comparisons by series name (each with ``layers.kl`` and
+    ``layers.rel_error`` per layer: ``core.runs.comparison.RunComparison``)."""
+    rows = [
+        {"series": name, "layer": i, "kl": kl, "rel_error": err}
+        for name, r in results.items()
+        for i, (kl, err) in enumerate(zip(r.layers.kl, r.layers.rel_error, strict=True))  # type: ignore[attr-defined]
+    ]
+    return pd.DataFrame(rows, columns=["series", "layer", "kl", "rel_error"])
 
 
 def lens_frame(

@@ -1,6 +1,7 @@
 """Run kinds, one module each, sharing one skeleton (``common``) and one edge (``plan``).
 
-    eval (dense)  prune  slice  relation sweep  zeroshot  effdim (a report over stored runs)
+    eval (dense)  prune  slice  relation sweep  zeroshot  recover  sensitivity
+    effdim (a report over stored runs)
 
 Every run is planned first (``plan``: a resolved, validated ``RunConfig`` whose hash is the
 run id), then executed by its kind (``execute``). Entry points: the ``run_*`` functions of

@@ -294,31 +294,45 @@ def _compare(store: RunStore, run: Run, text: str, dec: Decoding, on_token, prog
     dense_lm = get_model(dense_spec(run), fresh=False)
     ids = text_ids(dense_lm, text)
     key = dense_key(run, text, dec)
-    # the dense side is computed once per text and shared by the runs compared on it; when it
-    # is new, dense and pruned decode at once (core.evaluation.side_by_side)
-    models = {} if key in _RESULTS else {DENSE: dense_lm}
-    if lm is not dense_lm:  # a dense evaluation run's model is the dense model itself
-        models[run.id] = lm
     if _stamp(run) not in _BASES:
         _remember(_BASES, _stamp(run), rotation_back(dense_lm, lm), MODEL_CACHE)
-    basis = _BASES[_stamp(run)]
+    # the dense side is computed once per text and shared by the runs compared on it
+    found, dense = compare_models(
+        dense_lm, lm, ids, dec, run.id, how, _BASES[_stamp(run)], on_token, _RESULTS.get(key)
+    )
+    _remember(_RESULTS, key, dense, RESULT_CACHE)
+    return found
+
+
+def compare_models(
+    dense_lm: LoadedModel, lm: LoadedModel, ids: list[int], dec: Decoding, name: str, how: str,
+    basis: list[torch.Tensor | None] | None, on_token: TokenFn | None = None,
+    dense: Side | None = None,
+) -> tuple[RunComparison, Side]:  # fmt: skip
+    """A model beside its dense model on token ids: (the comparison, the dense side, its lens
+    dropped, to reuse). ``basis``: ``rotation_back`` of a sliced model, None when both share
+    the dense basis; ``dense``: the dense side already computed on these ids and decoding.
+    When the dense side is new, dense and pruned decode at once
+    (core.evaluation.side_by_side); ``on_token`` hears ``name``'s tokens and ``DENSE``'s."""
+    models = {} if dense is not None else {DENSE: dense_lm}
+    if lm is not dense_lm:  # a dense evaluation run's model is the dense model itself
+        models[name] = lm
     # each side reads its own logit lens in its thread (a sliced model's is read here, in its
-    # head's basis); the lenses are dropped before a side is cached (47 MB each at 135M)
-    own_lens = [DENSE] if basis is not None else [DENSE, run.id]
+    # head's basis); the lenses are dropped before a side is kept (47 MB each at 135M)
+    own_lens = [DENSE] if basis is not None else [DENSE, name]
     done = sides(models, ids, dec, on_token, lens=own_lens)
-    lens = {name: s.lens for name, s in done.items()}
-    done = {name: dataclasses.replace(s, lens=None) for name, s in done.items()}
-    if DENSE in done:
-        _remember(_RESULTS, key, done[DENSE], RESULT_CACHE)
-    dense = _RESULTS[key]
-    pruned = done.get(run.id, dense)
+    lens = {who: s.lens for who, s in done.items()}
+    done = {who: dataclasses.replace(s, lens=None) for who, s in done.items()}
+    dense = done.get(DENSE, dense)
+    pruned = done.get(name, dense)
     dense_lens = lens.get(DENSE)
-    pruned_lens = lens.get(run.id, dense_lens if lm is dense_lm else None)
+    pruned_lens = lens.get(name, dense_lens if lm is dense_lm else None)
     layers = layer_divergence(
         dense_lm, dense.trace, lm, pruned.trace, basis, dense_lens, pruned_lens
     )
     note = SLICED_NOTE if basis is not None else SAME_BASIS
-    return RunComparison(run.id, how, token_labels(lm.tokenizer, ids), dense, pruned, layers, note)
+    tokens = token_labels(lm.tokenizer, ids)
+    return RunComparison(name, how, tokens, dense, pruned, layers, note), dense
 
 
 def window_nll_diff(store: RunStore, run_id: str, windows: torch.Tensor) -> np.ndarray:

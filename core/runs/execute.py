@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.errors import ConfigError
-from core.names import EVAL, PRUNE, RECOVER, RELATION_SWEEP, SLICE, ZEROSHOT
+from core.names import EVAL, PRUNE, RECOVER, RELATION_SWEEP, SENSITIVITY, SLICE, ZEROSHOT
 from core.progress import ProgressFn
 from core.runs.common import KindRunner, RunOptions
 from core.runs.dense import execute_eval
@@ -17,6 +17,7 @@ from core.runs.plan import plan_zeroshot, resolved
 from core.runs.prune import execute_prune
 from core.runs.recover import execute_recover
 from core.runs.relation_sweep import execute_relation_sweep
+from core.runs.sensitivity import execute_sensitivity
 from core.runs.slice import execute_slice
 from core.runs.zeroshot import execute_zeroshot
 from core.settings.config import RunConfig, zeroshot_from
@@ -45,6 +46,7 @@ KINDS: dict[str, KindRunner] = {
     RELATION_SWEEP: _relation_sweep,
     ZEROSHOT: _zeroshot,
     RECOVER: execute_recover,
+    SENSITIVITY: execute_sensitivity,
 }
 
 

@@ -33,7 +33,7 @@ from core.store.run_store import RunWriter
 PROBE_WINDOWS = 2  # calibration / held-out windows the attention error is measured on
 
 
-def _layer_rows(reports: list) -> list[dict[str, Any]]:
+def layer_rows(reports: list) -> list[dict[str, Any]]:
     """One flat row per pruned linear (a method's scalar extras become columns)."""
     rows = [dataclasses.asdict(r) for r in reports]
     for row in rows:
@@ -57,7 +57,7 @@ def _probes(p: Prologue, roles: tuple[str, ...]) -> list[AttentionProbe]:
 
 def _write_tables(writer: RunWriter, result: Any, alloc_rows: list, attn_rows: list) -> None:
     """The method's per-linear, allocation and own tables and arrays."""
-    writer.write_table(T_LAYERS, _layer_rows(result.reports))
+    writer.write_table(T_LAYERS, layer_rows(result.reports))
     if attn_rows:
         writer.write_table(T_ATTENTION_ERRORS, attn_rows)
     writer.write_table(T_ALLOCATION, alloc_rows)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -59,6 +61,10 @@ def _load(key: tuple) -> LoadedModel:
     return load_model(name, "cpu", resolve_dtype(dtype, cpu), trust_remote_code, revision)
 
 
+def _key(spec: ModelSpec) -> tuple:
+    return (spec.name, spec.dtype, spec.trust_remote_code, spec.revision)
+
+
 def get_model(spec: ModelSpec, fresh: bool = True) -> LoadedModel:
     """The model of a resolved spec on its device.
 
@@ -67,7 +73,7 @@ def get_model(spec: ModelSpec, fresh: bool = True) -> LoadedModel:
     process (the app) holds it, else a direct load, so a one-shot CLI process keeps a single
     copy of the weights in memory.
     """
-    key = (spec.name, spec.dtype, spec.trust_remote_code, spec.revision)
+    key = _key(spec)
     if not fresh:
         if key not in _PRISTINE:
             _PRISTINE.clear()
@@ -77,6 +83,21 @@ def get_model(spec: ModelSpec, fresh: bool = True) -> LoadedModel:
         lm = copy.deepcopy(_PRISTINE[key]) if key in _PRISTINE else _load(key)
     lm.model.to(spec.device)
     return lm
+
+
+@contextmanager
+def holding(spec: ModelSpec, lm: LoadedModel) -> Iterator[None]:
+    """Within the block, ``lm`` (a model already in memory, e.g. a notebook's) is the pristine
+    copy of the resolved ``spec``: runs of that spec copy it instead of loading it by name."""
+    key = _key(spec)
+    before = dict(_PRISTINE)
+    _PRISTINE.clear()
+    _PRISTINE[key] = lm
+    try:
+        yield
+    finally:
+        _PRISTINE.clear()
+        _PRISTINE.update(before)
 
 
 def get_eval_windows(lm: LoadedModel, cfg: EvalConfig) -> tuple[torch.Tensor, dict[str, Any]]:

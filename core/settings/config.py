@@ -172,7 +172,8 @@ class ZeroShotConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """A whole run: kind in {'eval', 'prune', 'slice', 'sweep', 'effdim', 'zeroshot'};
+    """A whole run: kind in {'eval', 'prune', 'slice', 'sweep', 'zeroshot', 'recover',
+    'sensitivity'} (``core.runs.execute.KINDS``);
     ``measure``: FULL or LEAN (see MEASURES), in the run id only when LEAN."""
 
     kind: str

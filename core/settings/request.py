@@ -25,6 +25,7 @@ from core.runs import (
     plan_zeroshot,
 )
 from core.runs.plan import parent_of_recovery, plan_recover
+from core.runs.sensitivity import plan_sensitivity
 from core.settings.commands import command_fields, defaults, sweep_reference
 from core.settings.config import (
     CalibConfig,
@@ -284,6 +285,20 @@ def save_folder(save: str | None, force: bool = False) -> str | None:
     if not save:
         return None
     return str(check_output(save, "the saved model", FOLDER, force))
+
+
+def sensitivity_request(
+    store: RunStore,
+    run_id: str,
+    seeds: str | tuple[int, ...],
+    calib: str | None = None,
+    data_dir: str | None = None,
+) -> RunConfig:
+    """The resolved config of ``python -m core sensitivity RUN --seeds S [--calib C]``: seeds
+    as '1,2,3' or a tuple; ``calib``: another corpus (its train split) for every draw."""
+    seeds = parse_seeds(seeds) if isinstance(seeds, str) else tuple(seeds)
+    data = None if calib is None else data_spec(calib, None, data_dir, "calib")
+    return plan_sensitivity(store, run_id, seeds, data)
 
 
 def run_options(command: str, given: Mapping[str, Any], force: bool = False) -> RunOptions:
