@@ -61,7 +61,7 @@ def _form(rec: RunRecord, running: bool) -> tuple[str, str | None] | None:
         c1, c2 = st.columns(2)
         seeds = c1.text_input("Calibration seeds of the draws", "1,2,3", key="sens_seeds")
         corpus = c2.selectbox("Draw from", CORPORA, key="sens_corpus")
-        sent = st.form_submit_button("Start", type="primary", disabled=running)
+        sent = st.form_submit_button("Start the draws", type="primary", disabled=running)
     return (seeds, None if corpus == OWN else corpus) if sent else None
 
 

@@ -243,7 +243,7 @@ def _runs_page(selected: str):
 
 def test_runs_page_offers_the_form_and_shows_a_recovery(store, wanda_run) -> None:
     at = _runs_page(wanda_run)
-    assert [b.label for b in at.get("form_submit_button")] == ["Start recovery"]
+    assert [b.label for b in at.get("form_submit_button")] == ["Start recovery", "Start the draws"]
     child = _recover(store, wanda_run)["run_id"]
     at = _runs_page(child)
     labels = [m.label for m in at.metric]

@@ -241,7 +241,7 @@ def test_runs_page_panel_refuses_bad_seeds_with_the_cli_message(stored_prune):
     at.selectbox(key="sensitivity_pick").set_value(stored_prune)
     at.run()
     at.text_input(key="sens_seeds").input("1,1")
-    next(b for b in at.button if b.label == "Start").click()
+    next(b for b in at.button if b.label == "Start the draws").click()
     at.run()
     assert "seeds must be distinct" in texts(at.error)
 
