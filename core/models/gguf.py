@@ -162,8 +162,9 @@ def load_gguf_model(name: str, dtype: torch.dtype):
     return model, AutoTokenizer.from_pretrained(target)
 
 
-def convert_gguf(name: str, target: Path) -> None:
-    """Dequantize the GGUF file once and save a safetensors copy (atomically) at target."""
+def convert_gguf(name: str, target: Path):
+    """Dequantize the GGUF file once and save a safetensors copy (atomically) at target; the
+    (model, tokenizer) it saved, as transformers loaded them from the GGUF file."""
     gguf = gguf_path(name)
     log.info("converting %s to safetensors (one-off, ~20-60 s)", gguf.name)
     model = AutoModelForCausalLM.from_pretrained(
@@ -184,3 +185,4 @@ def convert_gguf(name: str, target: Path) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return model, tok
