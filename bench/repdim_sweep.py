@@ -150,7 +150,7 @@ def print_sweep(name: str, args, seeds, table, m: dict) -> None:
         )
     from core.cli.output import law_table
 
-    for tag, sfx in (("nominal s", ""), ("achieved s_eff", "_eff")):
+    for tag, sfx in (("achieved s_eff", ""), ("nominal s", "_nominal")):
         print(f"(A1) against {tag}: {m['sentence' + sfx]}")
         print("\n".join(law_table(m["laws" + sfx])))
 
@@ -187,15 +187,15 @@ def side_by_side(results: dict) -> None:
         if not m:
             print(f"{name:<16}  no fit: {r['refused']}")
             continue
-        for tag, sfx in (("s", ""), ("s_eff", "_eff")):
+        for tag, sfx in (("s_eff", ""), ("s", "_nominal")):  # the headline basis first
             a = f"{m['a' + sfx]:.4f} [{m['a_lo' + sfx]:.4f}, {m['a_hi' + sfx]:.4f}]"
             b = f"{m['b' + sfx]:.4f} [{m['b_lo' + sfx]:.4f}, {m['b_hi' + sfx]:.4f}]"
-            r2 = f"{m['r2']:.4f}" if not sfx else "-"
+            r2 = f"{m['r2']:.4f}" if sfx else "-"  # the point fit is against the nominal s
             print(
                 f"{name:<16}{m['d']:>5}{m['ppl0']:>9.3f}{tag:>6}{a:>28}{b:>28}{r2:>8}"
                 f"  {m['first_order' + sfx]}"
             )
-    for tag, sfx in (("nominal s", ""), ("achieved s_eff", "_eff")):
+    for tag, sfx in (("achieved s_eff", ""), ("nominal s", "_nominal")):
         verdicts = {
             n: r["metrics"]["first_order" + sfx] for n, r in results.items() if r["metrics"]
         }

@@ -83,14 +83,15 @@ def compare_notebook(
     return _notebook("Dense and pruned, side by side", intro, store_root, [data, tokens, layers])
 
 
-def sweep_notebook(store_root: str | Path, run_id: str, basis: str = "s") -> str:
+def sweep_notebook(store_root: str | Path, run_id: str, basis: str = "s_eff") -> str:
     """The Representation dimension page's SliceGPT sweep figures for ``run_id``, its laws
-    fitted against ``basis`` ('s' or 's_eff')."""
+    fitted against ``basis`` ('s_eff', the primary, or the nominal 's')."""
     intro = (
         "A stored SliceGPT sweep against Paper A's relation ln PPL₀/ln PPL = 1 − s, as "
         "PruneScope's Representation dimension page shows it: perplexity against the kept "
-        "width d′ beside PPL₀^(d/d′), and the candidate laws of (A1) with the verdict they "
-        "support (95% intervals over evaluation windows and calibration seeds)."
+        "width d′ beside PPL₀^(d/d′), (A1)'s joint test and local first order, and the "
+        "candidate laws that describe the curve (95% intervals over calibration seeds and "
+        "evaluation windows)."
     )
     data = (
         f"view = api.sweep_view({run_id!r}, basis={basis!r}, store=STORE)\n"

@@ -1,6 +1,7 @@
-"""Representation dimension (Paper A): SliceGPT sweeps, PPL vs d′ against PPL0^(d/d′), the
-candidate laws of (A1) with their out-of-sample errors and the verdict sentence, and every
-stored prune run placed by its effective dimension beside SliceGPT's points."""
+"""Representation dimension (Paper A): SliceGPT sweeps led by the joint test of (A1) and its
+local first order with κ against fit range, then PPL vs d′ against PPL0^(d/d′) and the
+candidate laws describing the curve with their out-of-sample errors, and every stored prune
+run placed by its effective dimension beside SliceGPT's points."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import streamlit as st
 from core import figures, jobs
 from core.analysis.relation import effective_relation
 from core.analysis.tables import effdim_points
-from core.analysis.verdicts import ACCURACY_RULE, KAPPA_TOL
+from core.analysis.verdicts import ACCURACY_RULE
 from core.api.views import full_width
 from core.demo import PAGE_ATTENTION, PAGE_REPDIM
 from core.errors import PruneScopeError
@@ -48,6 +49,7 @@ from pages.links import linked
 from pages.repdim_views import (
     matched_budgets,
     relation_slider,
+    show_headline,
     show_held_out,
     show_laws,
     show_recovery,
@@ -56,7 +58,7 @@ from pages.starters import offer_run
 
 require_frame(__file__)
 
-SWEEP_HINT = "python -m core sweep --model smollm2-135m --sparsities 0.1,0.2,0.3,0.4,0.5"
+SWEEP_HINT = "python -m core sweep --method slicegpt --protocol primary --model smollm2-135m"
 SWEEP_COLUMNS = ["s", "s_eff", "d_prime", "params", "ppl", "predicted_ppl", "rel_error", "fit_ppl"]
 
 store = get_store()
@@ -64,8 +66,9 @@ st.title("Representation dimension")
 st.caption(
     "Paper A claims ln PPL₀ / ln PPL = 1 − s for SliceGPT, where d′ = (1 − s)·d is the kept "
     "width of the residual stream: perplexity would be set by d′ alone, PPL = PPL₀^(d/d′). "
-    "A sweep slices the model at several s, measures PPL and judges (A1) by what its candidate "
-    "laws predict for points they were not fitted on."
+    "A sweep slices the model at several s and tests (A1) whole (the joint test of κ = κ₂ = 1) "
+    "and at first order where it lives (small s); the candidate laws then describe the curve "
+    "by what they predict for points they were not fitted on."
 )
 
 
@@ -124,11 +127,6 @@ def sweep_launcher() -> None:
 
 
 # ---- a stored sweep ------------------------------------------------------------------------------
-def _iv(m: dict[str, Any], key: str) -> str:
-    v, lo, hi = m.get(key), m.get(f"{key}_lo"), m.get(f"{key}_hi")
-    if not _num(v):
-        return "–"
-    return f"{v:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if _num(lo) and _num(hi) else "")
 
 
 def show_sweep(run: Run) -> None:
@@ -137,21 +135,23 @@ def show_sweep(run: Run) -> None:
         return
     sweep, m = run.table("sweep"), run.metrics
     ppl0, d = m.get("ppl0"), full_width(run, sweep)
-    c = st.columns(4)
-    c[0].metric("dense PPL₀", f"{ppl0:.3f}" if ppl0 else "–")
-    c[1].metric("width d", d or "–")
-    c[2].metric(
-        "first-order slope κ [95%]",
-        _iv(m, "kappa"),
-        help=f"(A1) predicts κ = 1; the first order holds when the interval lies in "
-        f"1 ± {KAPPA_TOL:g} (core.analysis.verdicts)",
-    )
-    c[3].metric("best law out of sample", m.get("best_law") or "–")
+    current = "joint" in m and T_LAWS in run.tables()  # stored with the primary estimands
+    if current:
+        show_headline(run, ppl0, d)
+    else:
+        c = st.columns(2)
+        c[0].metric("dense PPL₀", f"{ppl0:.3f}" if ppl0 else "–")
+        c[1].metric("width d", d or "–")
+        st.info(
+            "This sweep was stored before (A1)'s joint test and local first order were "
+            "computed: run it again with --force to see them. Shown: the line a(1 − s) + b it "
+            "was fitted with."
+        )
     if not ppl0 or not d:
         st.warning("This sweep lacks PPL₀ or the model width; the analytic curve cannot be drawn.")
         st.dataframe(sweep, hide_index=True)
         return
-    if T_LAWS in run.tables():
+    if current:
         basis = show_laws(store, run, sweep, float(ppl0), int(d))
         st.download_button(
             "Export notebook",
@@ -162,10 +162,6 @@ def show_sweep(run: Run) -> None:
             help="a Jupyter notebook whose cells rebuild these figures from the store (core.api)",
         )
     else:
-        st.info(
-            "This sweep was stored before its laws were scored out of sample: run it again "
-            "with --force to see them. Shown: the line a(1 − s) + b it was fitted with."
-        )
         left, right = st.columns(2)
         left.plotly_chart(figures.ppl_vs_dprime(sweep, ppl0, d), key="ppl_dprime")
         s_col = "s" if "s" in sweep else "s_eff"

@@ -1,10 +1,12 @@
-"""The Representation dimension page's views (not a page): a sweep's candidate laws with their
-out-of-sample errors and verdict, each method predicted from the others, a slider for s read
+"""The Representation dimension page's views (not a page): a sweep's joint test of (A1), local
+first order and κ against fit range first, then its candidate laws with their out-of-sample
+errors and paired differences, each method predicted from the others, a slider for s read
 through Paper A's relation beside the nearest measured point, the matched-budget chart, and
 the relation before and after recovery fine-tuning."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pandas as pd
@@ -20,36 +22,123 @@ from core.analysis.after_recovery import (
     recovered_relation,
 )
 from core.analysis.budget import BUDGETS
-from core.analysis.laws import PPL_TOL, S_FIT
+from core.analysis.laws import PPL_TOL
+from core.analysis.protocol import EXTRAPOLATE_FROM, KAPPA_TOL, PRIMARY
 from core.analysis.teaching import budget_points, matched_summary, slice_point
-from core.analysis.verdicts import KAPPA_TOL
+from core.analysis.verdicts import p_text
 from core.api import sweep_view
-from core.figures.laws import ERROR_KINDS, law_errors_chart, law_frame, laws_chart
+from core.figures.laws import (
+    ERROR_KINDS,
+    difference_frame,
+    kappa_range_chart,
+    law_errors_chart,
+    law_frame,
+    laws_chart,
+)
 from core.figures.repdim import BUDGET_AXIS
+from core.names import T_KAPPA_RANGE, T_LAW_DIFFERENCES
 from core.store.run_store import Run, RunRecord, RunStore
 from pages.common import number_table
 from pages.links import linked
 
-BASES = {"s": "nominal s", "s_eff": "achieved s_eff = 1 − d′/d"}
+BASES = {"s_eff": "achieved s_eff = 1 − d′/d (primary)", "s": "nominal s (sensitivity)"}
+SUFFIX = {"s_eff": "", "s": "_nominal"}  # the metrics' key suffix per s basis
 TEACH_S = dict(min_value=0.0, max_value=0.9, value=0.25, step=0.01)  # the relation's slider
+JOINT_HELP = (
+    "(A1) is the nesting law ln PPL/ln PPL₀ = 1 + κ·s + κ₂·s²/(1 − s) at κ = κ₂ = 1: rejected "
+    "when the Wald test's p < 0.05, with the covariance widened for few seeds "
+    "(core.analysis.first_order)"
+)
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, int | float) and math.isfinite(v)
+
+
+def joint_caption(m: dict[str, Any], sfx: str = "") -> str:
+    """W and p of the joint test, or why there are none."""
+    p = m.get(f"joint_p{sfx}")
+    if not _num(p):
+        return "not computable: too few points with s > 0"
+    text = f"W = {m[f'joint_w{sfx}']:.4g}, {p_text(p)} ({m[f'joint_points{sfx}']} points, s > 0)"
+    if not m.get(f"joint_rejected{sfx}"):
+        text += (
+            f"; detects κ ± {m[f'detect_kappa{sfx}']:.3g} or κ₂ ± {m[f'detect_kappa2{sfx}']:.3g} "
+            "with 80% power"
+        )
+    return text
+
+
+def local_caption(m: dict[str, Any], sfx: str = "") -> str:
+    """The local κ's interval, range and reading: shown under the metric, never cut off."""
+    where = f"nominal 0 < s ≤ {m[f'local_smax{sfx}']:g}, {m[f'local_points{sfx}']} points"
+    lo, hi = m.get(f"kappa_local_lo{sfx}"), m.get(f"kappa_local_hi{sfx}")
+    if not (_num(lo) and _num(hi)):
+        return f"not computable ({where}; the fit needs two)"
+    return f"95% [{lo:.3f}, {hi:.3f}] on {where}: {m[f'first_order{sfx}']} (1 ± {KAPPA_TOL:g})"
+
+
+def show_headline(run: Run, ppl0: float | None, d: int | None) -> None:
+    """What tests (A1), first: the joint test and the local first order on the achieved
+    s_eff, the verdict sentence, and κ against fit range (core.analysis.first_order)."""
+    m = run.metrics
+    if (m.get("protocol") or {}).get("name") != PRIMARY:
+        st.warning(
+            "This sweep was not measured under the primary protocol (docs/statistics.md): read "
+            "it as a sensitivity analysis, never as the headline."
+        )
+    c = st.columns(4)
+    c[0].metric("joint test of (A1)", m["joint"], help=JOINT_HELP)
+    c[0].caption(joint_caption(m))
+    kappa = m.get("kappa_local")
+    c[1].metric(
+        "local first-order κ",
+        f"{kappa:.3f}" if _num(kappa) else "–",
+        help=f"(A1) predicts κ = 1; the first order agrees when κ's 95% interval lies inside "
+        f"1 ± {KAPPA_TOL:g}, departs when wholly outside (core.analysis.verdicts)",
+    )
+    c[1].caption(local_caption(m))
+    c[2].metric("dense PPL₀", f"{ppl0:.3f}" if ppl0 else "–")
+    c[3].metric("width d", d or "–")
+    st.info(f"**Verdict ({BASES['s_eff']}).** {m['sentence']}")
+    if T_KAPPA_RANGE in run.tables():
+        st.plotly_chart(kappa_range_chart(run.table(T_KAPPA_RANGE)), key="kappa_range")
+        st.caption(
+            "κ of the nesting law fitted on nominal 0 < s ≤ s_max, with 95% intervals: where the "
+            "law does not fit every s, κ moves with the range. A sensitivity display, not a "
+            "verdict; the local first order is the range s ≤ 0.15."
+        )
 
 
 def show_laws(store: RunStore, run: Run, sweep: pd.DataFrame, ppl0: float, d: int) -> str:
-    """(A1)'s verdict sentence, every law's fit, its parameters with intervals and its
-    out-of-sample errors (all computed when the sweep ran: core.analysis.laws), read through
-    ``core.api.sweep_view`` as an exported notebook reads them; returns the basis shown."""
+    """The laws as descriptions of the curve: each law's fit, its parameters with intervals,
+    its out-of-sample errors and their paired differences (core.analysis.law_compare), on the
+    primary basis or the nominal sensitivity analysis, read through ``core.api.sweep_view`` as
+    an exported notebook reads them; returns the basis shown."""
+    m = run.metrics
+    st.subheader("The candidate laws describe the curve (they do not test (A1))")
     basis = linked(
         st.radio, "Fit against", list(BASES), format_func=BASES.get, horizontal=True,
         key="law_basis",
     )  # fmt: skip
+    if basis == "s":
+        st.info(
+            f"**Sensitivity ({BASES['s']}).** {m.get('sentence' + SUFFIX[basis], '–')} "
+            f"Joint test: {joint_caption(m, SUFFIX[basis])}."
+        )
     view = sweep_view(run.id, basis=basis, store=store)
-    st.info(f"**Verdict ({BASES[basis]}).** {view.sentence or '–'}")
-    laws, points, m = view.laws, view.points, run.metrics
+    laws, points = view.laws, view.points
     left, right = st.columns(2)
     left.plotly_chart(figures.ppl_vs_dprime(sweep, ppl0, d), key="ppl_dprime")
     right.plotly_chart(laws_chart(laws, view.measured, ppl0), key="laws_chart")
     st.markdown("**Candidate laws** (mean |PPL_pred/PPL − 1| with 95% intervals)")
     st.dataframe(law_frame(laws), hide_index=True, key="law_table")
+    if T_LAW_DIFFERENCES in run.tables():
+        diffs = run.table(T_LAW_DIFFERENCES)
+        st.markdown("**Paired differences of out-of-sample error** (law − other)")
+        st.dataframe(
+            difference_frame(diffs[diffs["basis"] == basis]), hide_index=True, key="law_diffs"
+        )
     kind = linked(
         st.radio,
         "Held-out predictions",
@@ -61,13 +150,14 @@ def show_laws(store: RunStore, run: Run, sweep: pd.DataFrame, ppl0: float, d: in
     st.plotly_chart(law_errors_chart(points, kind), key="law_errors")
     p = m.get("protocol") or {}
     st.caption(
-        f"Out of sample: each s predicted by the law fitted on the others (leave one s out), "
-        f"and every s > {S_FIT:g} predicted by the law fitted on s ≤ {S_FIT:g} "
-        f"(extrapolated). A law is supported when both mean errors' 95% upper bounds are at "
-        f"most {PPL_TOL:.0%}, contradicted when either lower bound exceeds it. The first order "
-        f"is κ of the curved law against 1 ± {KAPPA_TOL:g}; the reach is how far (A1)'s own "
-        f"prediction agrees within ±{PPL_TOL:.0%} (core.analysis.verdicts). Intervals "
-        "resample evaluation windows and calibration seeds."
+        f"Out of sample: each s > 0 predicted by the law fitted on the others (leave one s "
+        f"out), and every nominal s > {EXTRAPOLATE_FROM:g} predicted by the law fitted on "
+        f"s ≤ {EXTRAPOLATE_FROM:g} (extrapolated). A law is supported when both mean errors' "
+        f"95% upper bounds are at most {PPL_TOL:.0%}, contradicted when either lower bound "
+        "exceeds it; it is best on a score only when its difference from every other law "
+        f"excludes 0. The reach is how far (A1)'s own prediction agrees within ±{PPL_TOL:.0%} "
+        "(core.analysis.verdicts). Intervals resample calibration seeds and evaluation "
+        "windows, widened for few seeds (core.analysis.uncertainty)."
         + (
             f" Protocol: {p.get('n_windows')} windows of {p.get('eval_seqlen')} tokens, "
             f"calibration {p.get('calib_nsamples')} × {p.get('calib_seqlen')} tokens, "
@@ -208,8 +298,9 @@ def show_recovery(store: RunStore) -> None:
         st.info(rel["message"])
         return
     st.markdown(
-        f"**Paper A's (A1) fitted to each set of points** (κ with its 95% interval; first "
-        f"order supported when it lies inside 1 ± {KAPPA_TOL:g}, core.analysis.verdicts)"
+        "**Paper A's (A1) read on each set of points** (the joint test of κ = κ₂ = 1, and the "
+        "local first-order κ on nominal 0 < s ≤ 0.15 with its 95% interval against "
+        f"1 ± {KAPPA_TOL:g}, core.analysis.verdicts)"
     )
     fits = pd.DataFrame(rel["fits"], columns=list(FIT_COLUMNS))
     st.dataframe(fits.drop(columns="sentence"), hide_index=True, key="recovery_fits")

@@ -21,8 +21,8 @@ from core.analysis.after_recovery import (
     before_after_curves,
     recovered_relation,
 )
-from core.analysis.laws import Means, fit_laws, law_rows
-from core.analysis.verdicts import a1_verdict
+from core.analysis.laws import Means
+from core.analysis.sweep_report import relation_on
 from core.names import RECOVER, T_EVAL_WINDOWS
 from core.settings.config import (
     CalibConfig,
@@ -35,7 +35,7 @@ from core.settings.config import (
 )
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
-S = (0.1, 0.2, 0.3, 0.4)
+S = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4)  # three points where the local first order is read
 WINDOWS = 32
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
@@ -56,7 +56,9 @@ def _dense(store, rng) -> tuple[str, np.ndarray]:
 def _slice(store, dense_id, dense_nll, s, seed, rng) -> str:
     calib = CalibConfig(DataSpec("pydoc", "train"), 4, 64, seed)
     cfg = RunConfig("slice", MODEL, EvalConfig(), calib, PruneConfig("slicegpt", s))
-    nll = dense_nll / (1 - s) * (1 + 0.003 * rng.standard_normal())
+    # (A1) exactly, up to a seed jitter far below any effect tested here: these tests check
+    # which points feed which fit, not a statistic's pass rate (test_laws.py has those)
+    nll = dense_nll / (1 - s) * (1 + 1e-4 * rng.standard_normal())
     dense_ppl = float(np.exp(dense_nll.mean()))
     return _put(store, cfg, nll, {"dense_run": dense_id, "dense_ppl": dense_ppl})
 
@@ -117,28 +119,26 @@ def test_one_s_recovered_shows_points_but_no_fit(store) -> None:
     assert len(out["points"]) == 1 and out["recovered"] is None and out["message"] == TOO_FEW
 
 
-def test_recovered_fit_is_fit_laws_on_the_recovered_points(store) -> None:
+def test_recovered_fit_is_the_sweeps_reading_of_the_recovered_points(store) -> None:
     _, dense_nll, slices, after = _world(store)
     out = recovered_relation(store)
     s = list(S)
     # seeds stacked in run-id order, as recovered_relation reads them
     nll = [np.stack([v for _, v in sorted(after[x], key=lambda p: p[0])]) for x in s]
-    direct = fit_laws(Means.from_units(s, nll, dense_nll))
+    direct = relation_on(Means.from_units(s, nll, dense_nll), RECOVERED)
     # same kernels on the same stored floats: equal bit for bit (NaN where a law lacks a param)
-    mine = pd.DataFrame(law_rows(out["recovered"]["result"], RECOVERED))
-    assert mine.equals(pd.DataFrame(law_rows(direct, RECOVERED)))
-    assert out["recovered"]["verdict"] == a1_verdict(direct)
+    assert pd.DataFrame(out["recovered"]["laws"]).equals(pd.DataFrame(direct["laws"]))
+    assert out["recovered"]["sentence"] == direct["sentence"]
     table = [[store.load(i).table(T_EVAL_WINDOWS)["nll"] for i in sorted(slices[x])] for x in s]
-    before = [np.stack(t) for t in table]
-    assert out["one_shot"]["verdict"] == a1_verdict(
-        fit_laws(Means.from_units(s, before, dense_nll))
-    )
+    before = relation_on(Means.from_units(s, [np.stack(t) for t in table], dense_nll), ONE_SHOT)
+    assert out["one_shot"]["sentence"] == before["sentence"]
     fits = {f["fit"]: f for f in out["fits"]}
-    # controls: the one-shot points follow (A1) exactly (κ = 1 supported); recovery halves the
-    # excess ln PPL, so its κ is about 1/2 and (A1) fails at first order.
-    assert fits[ONE_SHOT]["first_order"] == "supported"
-    assert fits[RECOVERED]["first_order"] == "contradicted"
-    assert fits[RECOVERED]["kappa"] == pytest.approx(0.5, abs=0.05)
+    # the one-shot points follow (A1) (local κ = 1 agrees); recovery halves the excess
+    # ln PPL, so its local κ is about 1/2 and the first order departs
+    assert fits[ONE_SHOT]["first_order"] == "agrees"
+    assert fits[RECOVERED]["first_order"] == "departs"
+    assert fits[RECOVERED]["kappa_local"] == pytest.approx(0.5, abs=0.05)
+    assert fits[RECOVERED]["joint"] == "rejected"
 
 
 def _repdim_after_recovery() -> AppTest:
@@ -166,5 +166,8 @@ def test_page_draws_before_and_after_and_both_fits(store) -> None:
     fits = next(d.value for d in at.dataframe if "fit" in d.value)
     assert list(fits["fit"]) == [ONE_SHOT, RECOVERED]
     text = "\n".join(m.value for m in at.markdown)
-    assert f"**{RECOVERED}**: (A1) fails at first order" in text
-    assert f"**{ONE_SHOT}**: (A1) holds to first order" in text
+    assert f"**{RECOVERED}**: (A1) is rejected by the joint test" in text
+    recovered = next(m for m in text.split("\n") if m.startswith(f"**{RECOVERED}**"))
+    one_shot = next(m for m in text.split("\n") if m.startswith(f"**{ONE_SHOT}**"))
+    assert "its local first order departs" in recovered
+    assert "its local first order agrees" in one_shot

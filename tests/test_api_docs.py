@@ -54,7 +54,8 @@ def test_notebook_walkthrough_runs_as_printed(store_root, capsys):
     assert frame["sparsity"].tolist()[1:] == [0.1, 0.2, 0.3, 0.4, 0.5]
     fit = ns["fit"]
     # a random model's perplexity hardly moves with s: κ ≈ 0, far from (A1)'s 1
-    assert fit.verdict["first_order"] == "contradicted" and abs(fit.verdict["kappa"]) < 0.1
+    assert fit.verdict["joint"] == "rejected"
+    assert abs(fit.laws.set_index("law").at["linear", "kappa"]) < 0.1
     assert fit.sentence in printed and len(fit.laws) == 4
     # the default store ($PRUNESCOPE_HOME, the test's own): nothing was stored
     assert len(ns["stored"]) == 0 and (store_root / "runs").is_dir()

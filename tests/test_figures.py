@@ -350,3 +350,41 @@ def test_budget_chart_one_line_per_series_with_error_bars() -> None:
     assert [t.name for t in fig.data] == ["slicegpt", "wanda"]
     assert list(fig.data[1].error_y.array) == [3.0, 1.0]  # sorted by kept fraction
     assert "no runs" in figures.budget_chart(pts.iloc[0:0]).layout.annotations[0].text
+
+
+def test_kappa_range_chart_one_series_per_basis_primary_first_with_the_band() -> None:
+    from core.figures.laws import kappa_range_chart
+
+    rows = pd.DataFrame(
+        [
+            {"basis": b, "s_max": s, "n_points": n, "kappa": k, "kappa_lo": k - 0.1,
+             "kappa_hi": k + 0.1}
+            for b, shift in (("s", 0.02), ("s_eff", 0.0))
+            for s, n, k in ((0.1, 1, np.nan), (0.15, 2, 1.05 + shift), (0.3, 4, 1.2 + shift))
+        ]
+    )  # fmt: skip
+    fig = kappa_range_chart(rows)
+    assert [t.name for t in fig.data] == ["achieved s_eff (primary)", "nominal s (sensitivity)"]
+    primary = fig.data[0]
+    assert list(primary.x) == [0.15, 0.3] and list(primary.y) == [1.05, 1.2]  # NaN κ left out
+    assert list(primary.error_y.array) == pytest.approx([0.1, 0.1])
+    band = fig.layout.shapes[0]
+    assert (band.y0, band.y1) == pytest.approx((0.9, 1.1))
+    empty = kappa_range_chart(rows.assign(kappa=np.nan))
+    assert not empty.data and "cannot be fitted" in empty.layout.annotations[0].text
+
+
+def test_difference_frame_says_which_differences_exclude_zero() -> None:
+    from core.figures.laws import difference_frame
+
+    rows = pd.DataFrame(
+        [{"kind": "loo", "law": "a1", "other": "curved", "difference": -0.02,
+          "difference_lo": -0.03, "difference_hi": -0.01, "excludes_zero": True},
+         {"kind": "extrap", "law": "line", "other": "linear", "difference": 0.01,
+          "difference_lo": -0.01, "difference_hi": 0.03, "excludes_zero": False}]
+    )  # fmt: skip
+    frame = difference_frame(rows)
+    assert list(frame["law − other"]) == ["a1 − curved", "line − linear"]
+    assert list(frame["score"]) == ["leave-one-s-out", "extrapolated"]
+    assert list(frame["difference [95%]"]) == ["-2.0% [-3.0%, -1.0%]", "+1.0% [-1.0%, +3.0%]"]
+    assert list(frame["excludes 0"]) == ["yes", "no"]

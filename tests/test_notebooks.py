@@ -73,10 +73,12 @@ def test_compare_notebook_rebuilds_the_pages_figures(store):
 
 
 def test_sweep_notebook_rebuilds_the_laws_figure(store):
-    sweep = fake_law_sweep(store)
+    m = fake_law_sweep(store)  # κ = 1.3: (A1) rejected, the local first order departs
+    sweep = store.list(kind="sweep")[0].id
     ns = run_cells(sweep_notebook(store.root, sweep, "s_eff"))
     view = ns["view"]
-    assert view.basis == "s_eff" and view.sentence.startswith("(A1) fails at first order")
+    assert view.basis == "s_eff" and view.sentence == m["sentence"]
+    assert view.sentence.startswith("(A1) is rejected by the joint test")
     run = store.load(sweep)
     laws = run.table(T_LAWS)
     laws = laws[laws["basis"] == "s_eff"]

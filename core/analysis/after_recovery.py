@@ -2,9 +2,9 @@
 'recover' runs (core.runs.recover), perplexity against s before and after, and the candidate
 laws of (A1) fitted to the recovered points beside the same laws fitted to the one-shot ones.
 
-Does recovery bring ln PPL₀/ln PPL back toward 1 − s, or shift it (issue "Recovery
-fine-tuning")? Both fits use the same code as a sweep's (``core.analysis.laws.fit_laws`` on
-``Means.from_units``, verdict by ``core.analysis.verdicts.a1_verdict``) on the same s, the
+Does recovery bring ln PPL₀/ln PPL back toward 1 − s, or shift it? Both fits use the same
+code as a sweep's (``core.analysis.sweep_report.relation_on`` on ``Means.from_units``: the
+joint test, the local first order, the laws and the verdict) on the same s, the
 same dense model's window NLLs (PPL₀) and the same evaluation windows: the one-shot fit is
 made from exactly the slice runs that were recovered, so the two differ only by recovery.
 
@@ -23,9 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from core.analysis.laws import Means, fit_laws, law_rows
-from core.analysis.sweep_report import window_nlls
-from core.analysis.verdicts import a1_verdict
+from core.analysis.laws import Means
+from core.analysis.sweep_report import relation_on, window_nlls
 from core.errors import StoreError
 from core.names import RECOVER, SLICE
 from core.store.run_store import RunStore
@@ -49,13 +48,15 @@ POINT_COLUMNS = (
 )
 FIT_COLUMNS = (
     "fit",
-    "kappa",
-    "kappa_lo",
-    "kappa_hi",
+    "joint",
+    "joint_p",
+    "kappa_local",
+    "kappa_local_lo",
+    "kappa_local_hi",
     "first_order",
     "curvature",
     "reach",
-    "best_law",
+    "best_extrap",
     "sentence",
 )
 
@@ -117,9 +118,9 @@ def recovered_groups(pairs: list[RecoveredPair]) -> list[Group]:
 
 
 def _fit(s: list[float], nll: list[np.ndarray], dense: np.ndarray, basis: str) -> dict[str, Any]:
-    """fit_laws and (A1)'s verdict on one set of points, as a sweep makes them."""
-    result = fit_laws(Means.from_units(s, nll, dense))
-    return {"result": result, "verdict": a1_verdict(result), "laws": law_rows(result, basis)}
+    """(A1) on one set of points as a sweep reads it (core.analysis.sweep_report.relation_on:
+    the joint test, the local first order, the laws and the verdict)."""
+    return relation_on(Means.from_units(s, nll, dense), basis)
 
 
 def _ratio(ppl: float, dense_ppl: float | None) -> float | None:
@@ -137,9 +138,9 @@ def recovered_relation(store: RunStore, group: Group | None = None) -> dict[str,
 
     - ``points``: one row per s (``POINT_COLUMNS``): mean perplexity of the recovered slice
       runs and of their recover runs, the dense perplexity, ln PPL₀/ln PPL of each, counts;
-    - ``one_shot`` / ``recovered``: {result: fit_laws(...), verdict: a1_verdict(...), laws:
-      law_rows(...)} on the slice runs' and the recover runs' window NLLs, or None with
-      ``message`` when there are fewer than two s;
+    - ``one_shot`` / ``recovered``: relation_on(...) on the slice runs' and the recover runs'
+      window NLLs (against the s they were sliced at), or None with ``message`` when there
+      are fewer than two s;
     - ``fits``: the two verdicts side by side (``FIT_COLUMNS``);
     - ``groups`` (every group present) and ``group`` (the one shown, None when none).
     """
@@ -182,7 +183,7 @@ def recovered_relation(store: RunStore, group: Group | None = None) -> dict[str,
     one_shot = _fit(s_values, nll_before, dense, ONE_SHOT)
     recovered = _fit(s_values, nll_after, dense, RECOVERED)
     fits = [
-        {"fit": name, **{k: fit["verdict"][k] for k in FIT_COLUMNS[1:]}}
+        {"fit": name, **{k: fit[k] for k in FIT_COLUMNS[1:]}}
         for name, fit in ((ONE_SHOT, one_shot), (RECOVERED, recovered))
     ]
     return {**out, "one_shot": one_shot, "recovered": recovered, "fits": fits}

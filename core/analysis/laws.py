@@ -1,8 +1,8 @@
-"""Paper A's perplexity relation judged by what it predicts: candidate laws fitted with
-bootstrap intervals and scored out of sample.
+"""Paper A's perplexity relation described by candidate laws, each fitted with intervals and
+scored by what it predicts out of sample.
 
 With L = ln PPL (the mean NLL in nats), L₀ the dense model's and s the slicing fraction, the
-candidates are (papers.md §2; issue "Paper A judged by what it predicts")
+candidates are (papers.md §2)
 
     a1      L = L₀ / (1 − s)                          (A1) as stated: no parameter
     line    L₀ / L = a·(1 − s) + b                    (A1) read as a line (a = 1, b = 0)
@@ -10,20 +10,23 @@ candidates are (papers.md §2; issue "Paper A judged by what it predicts")
     curved  L = L₀·(1 + κ·s + κ₂·s²/(1 − s))          first order plus (A1)'s own curvature
 
 (A1) is 1/(1 − s) = 1 + s + s²/(1 − s), so the curvature term is the one (A1) itself has:
-``curved`` holds (A1) exactly at κ = κ₂ = 1 and the linear law at κ₂ = 0 (to second order in
-s it is κ₂·s²). Every law is linear in its parameters after a transform of L/L₀, so each
-bootstrap replicate is fitted by one least-squares solve.
+``curved`` is the nesting law, (A1) exactly at κ = κ₂ = 1 and the linear law at κ₂ = 0. Every
+law is linear in its parameters after a transform of L/L₀, so each bootstrap replicate is
+fitted by one least-squares solve. The laws *describe* the curve; whether (A1) holds is the
+joint test's question (core.analysis.first_order).
 
-Scoring (``score_law``): each law is fitted on every point and, out of sample, (i) leaving
-one s out at a time and predicting it, (ii) fitted on s ≤ ``S_FIT`` = 0.3 and predicting the
-larger s. An error is relative in perplexity, PPL_predicted / PPL_measured − 1. Intervals
-come from the replicates of ``core.analysis.uncertainty``: evaluation windows resampled
-(paired across points and the dense model) × calibration seeds resampled per point.
+Scores (``score_law``, the primary protocol's estimand 3, core.analysis.protocol): fitted on
+every point, then (i) each point with s > 0 predicted from a fit on the others (leave one s
+out; s = 0 would hand the laws through the origin a free zero), (ii) fitted on nominal
+s ≤ ``EXTRAPOLATE_FROM`` = 0.2 and predicting every larger s. An error is relative in
+perplexity, PPL_predicted / PPL_measured − 1; a score is the mean |error| over the points it
+covers. Every number carries the studentised two-level interval of core.analysis.uncertainty
+(a mean |error|'s floored at 0). Laws are compared by paired differences of these scores
+(core.analysis.law_compare).
 
-A law *predicts* (``law_verdict``) when the 95% upper bounds of both its mean |error| out of
-sample (leave-one-out and extrapolation) are at most ``PPL_TOL`` = 10%; it is *rejected* when
-either lower bound exceeds it; else inconclusive. The verdict sentence on (A1) is built in
-``core.analysis.law_sentence``.
+A law *predicts* (``law_verdict``) when the 95% upper bounds of both its out-of-sample mean
+|errors| are at most ``PPL_TOL`` = 10%; it is *rejected* when either lower bound exceeds it;
+else inconclusive.
 """
 
 from __future__ import annotations
@@ -35,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from core.analysis.uncertainty import DEFAULT_BOOT, Bootstrap, Interval, percentile_interval
+from core.analysis.protocol import EXTRAPOLATE_FROM
+from core.analysis.uncertainty import DEFAULT_BOOT, Bootstrap, Evaluated, Interval, Resampled
 from core.errors import ConfigError
 
-S_FIT = 0.3  # extrapolation: fit on s <= S_FIT, predict the rest
 PPL_TOL = 0.1  # a prediction within 10% of the measured perplexity counts as agreeing
 _EPS = 1e-9  # s values come from decimal grids: 0.1 + 0.2 must count as <= 0.3
 NO_INTERVAL = Interval(math.nan, math.nan, math.nan)
@@ -109,12 +112,16 @@ def _errors(law: Law, s: np.ndarray, rel: np.ndarray, log0: np.ndarray, fit: np.
         return np.expm1(log0[..., None] * (pred - rel))
 
 
-def _loo(law: Law, s: np.ndarray, rel: np.ndarray, log0: np.ndarray) -> np.ndarray:
-    """Leave-one-s-out errors: point p predicted from a fit on the others, (..., P)."""
+def _loo(law: Law, s: np.ndarray, rel: np.ndarray, log0: np.ndarray, scored: np.ndarray):
+    """Leave-one-s-out errors: each point of ``scored`` predicted from a fit on all the other
+    points, (..., P) (NaN at the points not scored)."""
     out = np.full(rel.shape, np.nan)
-    for p in range(len(s)):
-        keep = np.arange(len(s)) != p
-        out[..., p] = _errors(law, s, rel, log0, keep)[..., p]
+    y = law.target(rel)
+    for p in np.flatnonzero(scored):
+        beta = solve(law, s, y, np.arange(len(s)) != p)
+        pred = predict(law, s[p : p + 1], beta)[..., 0]  # only the point left out
+        with np.errstate(over="ignore", invalid="ignore"):
+            out[..., p] = np.expm1(log0 * (pred - rel[..., p]))
     return out
 
 
@@ -125,18 +132,22 @@ def _mean_abs(err: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.abs(err[..., mask]).mean(axis=-1)
 
 
+def split(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Column means (..., P + 1) (the points, then the dense model) -> (rel = L_p/L₀ (..., P),
+    L₀ (...))."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return m[..., :-1] / m[..., -1:], m[..., -1]
+
+
 @dataclass(frozen=True)
 class Means:
-    """The statistic every law is fitted to: rel = L_p / L₀ per point and ln PPL₀, as point
-    estimates and as (n_boot, ·) bootstrap replicates."""
+    """One sweep's points as the laws read them: s (P,) the basis the laws are fitted on (the
+    achieved s_eff, or the nominal s), grid (P,) the nominal s (which points a range holds)
+    and the resampled column means (points, then the dense model)."""
 
     s: np.ndarray
-    rel: np.ndarray
-    log0: float
-    rel_boot: np.ndarray
-    log0_boot: np.ndarray
-    n_windows: int
-    n_seeds: int
+    grid: np.ndarray
+    r: Resampled
 
     @classmethod
     def from_units(
@@ -145,69 +156,94 @@ class Means:
         nll: Sequence[np.ndarray],
         dense: np.ndarray,
         boot: Bootstrap = DEFAULT_BOOT,
+        grid: Sequence[float] | None = None,
     ) -> Means:
-        """s (P,); nll per point (seeds, windows) window NLLs; dense (windows,)."""
+        """s (P,); nll per point (seeds, windows) window NLLs (or (windows,) for one seed);
+        dense (windows,). Leading axes of every array batch independent sweeps."""
         if len(s) != len(nll):
             raise ConfigError(f"{len(s)} sparsities but {len(nll)} points")
+        dense = np.asarray(dense, dtype=float)
+        cols = [np.asarray(a, dtype=float) for a in nll]
+        cols = [a if a.ndim > dense.ndim else a[..., None, :] for a in cols]
+        return cls.of(s, boot.resample([*cols, dense[..., None, :]]), grid)
+
+    @classmethod
+    def of(cls, s: Sequence[float], r: Resampled, grid: Sequence[float] | None = None) -> Means:
+        """The same resampled means read against another s basis."""
         s_arr = np.asarray(s, dtype=float)
+        grid_arr = s_arr if grid is None else np.asarray(grid, dtype=float)
         if s_arr.size == 0 or not ((s_arr >= 0) & (s_arr < 1)).all():
             raise ConfigError(f"sparsities must be in [0, 1), got {list(s)}")
-        pts, means = boot.means([*nll, dense])
-        est = np.array([a.mean() for a in pts])
-        if not est[-1] > 0:
-            raise ConfigError(f"the dense model's mean NLL must be > 0, got {est[-1]}")
-        return cls(
-            s_arr,
-            est[:-1] / est[-1],
-            float(est[-1]),
-            means[:, :-1] / means[:, -1:],
-            means[:, -1],
-            int(pts[0].shape[1]),
-            min(a.shape[0] for a in pts[:-1]),
-        )
+        if grid_arr.shape != s_arr.shape:
+            raise ConfigError(f"{len(s_arr)} sparsities but {len(grid_arr)} nominal ones")
+        if not (r.est[..., -1] > 0).all():
+            raise ConfigError("the dense model's mean NLL must be > 0")
+        return cls(s_arr, grid_arr, r)
+
+    @property
+    def rel(self) -> np.ndarray:
+        return split(self.r.est)[0]
+
+    @property
+    def log0(self) -> np.ndarray:
+        return split(self.r.est)[1]
+
+    @property
+    def scored(self) -> np.ndarray:
+        """The points out-of-sample scores cover: nominal s > 0."""
+        return self.grid > _EPS
+
+    def low(self, s_fit: float) -> np.ndarray:
+        """The points an extrapolation is fitted on: nominal s <= s_fit."""
+        return self.grid <= s_fit + _EPS
 
 
-def _iv(samples: np.ndarray, estimate: float) -> Interval:
-    return percentile_interval(samples, estimate)
+KINDS = ("fit", "loo", "extrap")  # in sample, leave one s out, extrapolated
 
 
-def score_law(law: Law, m: Means, s_fit: float = S_FIT) -> dict[str, Any]:
-    """One law on one sweep: parameters (fitted on every point), in-sample, leave-one-out
-    and extrapolation errors per point and their mean |error|, each with its interval."""
-    s, every = m.s, np.ones(len(m.s), dtype=bool)
-    low = s <= s_fit + _EPS
+def law_statistic(law: Law, m: Means, s_fit: float = EXTRAPOLATE_FROM):
+    """The statistic of one law on one sweep: column means (..., P + 1) -> (..., k + 3 + 3P):
+    its parameters (fitted on every point), the mean |error| of each of ``KINDS``, and the
+    signed errors of each kind per point (NaN where a kind does not cover the point)."""
+    s, every, scored, low = m.s, np.ones(len(m.s), dtype=bool), m.scored, m.low(s_fit)
+    extrap = scored & ~low
+
+    def fn(x: np.ndarray) -> np.ndarray:
+        rel, log0 = split(x)
+        beta = solve(law, s, law.target(rel), every)
+        fit = _errors(law, s, rel, log0, every)
+        loo = _loo(law, s, rel, log0, scored)
+        ext = np.where(extrap, _errors(law, s, rel, log0, low), np.nan)
+        means = [_mean_abs(e, mask) for e, mask in ((fit, scored), (loo, scored), (ext, extrap))]
+        return np.concatenate([beta, np.stack(means, axis=-1), fit, loo, ext], axis=-1)
+
+    return fn
+
+
+def score_law(
+    law: Law, m: Means, s_fit: float = EXTRAPOLATE_FROM, e: Evaluated | None = None
+) -> dict[str, Any]:
+    """One law on one sweep: parameters, and the mean |error| in sample, leaving one s out
+    and extrapolating, with every point's signed errors, each with its interval. ``e``: the
+    law's statistic already evaluated (``law_statistic``), else evaluated here."""
+    k, n = len(law.params), len(m.s)
+    e = m.r.evaluate(law_statistic(law, m, s_fit)) if e is None else e
+    ivs = m.r.bands(e).intervals()
     out: dict[str, Any] = {"law": law.name, "formula": law.formula}
-    beta = solve(law, s, law.target(m.rel), every)
-    beta_boot = solve(law, s, law.target(m.rel_boot), every)
-    for i, name in enumerate(law.params):
-        out[name] = _iv(beta_boot[:, i], float(beta[i]))
-    kinds = {
-        "fit": (
-            _errors(law, s, m.rel, np.asarray(m.log0), every),
-            _errors(law, s, m.rel_boot, m.log0_boot, every),
-            every,
-        ),
-        "loo": (
-            _loo(law, s, m.rel, np.asarray(m.log0)),
-            _loo(law, s, m.rel_boot, m.log0_boot),
-            every,
-        ),
-        "extrap": (
-            _errors(law, s, m.rel, np.asarray(m.log0), low),
-            _errors(law, s, m.rel_boot, m.log0_boot, low),
-            ~low,
-        ),
-    }
-    points: list[dict[str, Any]] = [{"s": float(v)} for v in s]
-    for kind, (est, reps, mask) in kinds.items():
-        out[kind] = _iv(_mean_abs(reps, mask), float(_mean_abs(est, mask)))
+    out.update(zip(law.params, ivs[:k], strict=True))
+    out.update({kind: iv.at_least(0.0) for kind, iv in zip(KINDS, ivs[k : k + 3], strict=True)})
+    points: list[dict[str, Any]] = [
+        {"s": float(v), "s_nominal": float(g)} for v, g in zip(m.s, m.grid, strict=True)
+    ]
+    for i, kind in enumerate(KINDS):
         for p, row in enumerate(points):
-            iv = _iv(reps[:, p], float(est[p])) if mask[p] else NO_INTERVAL
-            row.update(iv.as_dict(f"{kind}_error"))
+            row.update(ivs[k + 3 + i * n + p].as_dict(f"{kind}_error"))
+    beta = np.array([out[p].estimate for p in law.params])
     with np.errstate(invalid="ignore"):
-        pred = predict(law, s, beta)
+        pred = predict(law, m.s, beta)
+    log0 = float(m.log0)
     for row, r, pr in zip(points, m.rel, pred, strict=True):
-        row.update(ppl=math.exp(m.log0 * r), predicted_ppl=math.exp(m.log0 * pr))
+        row.update(ppl=math.exp(log0 * r), predicted_ppl=math.exp(log0 * pr))
     out["points"] = points
     out["verdict"] = law_verdict(out["loo"], out["extrap"])
     return out
@@ -225,39 +261,21 @@ def law_verdict(loo: Interval, extrap: Interval, tol: float = PPL_TOL) -> str:
     return "inconclusive"
 
 
-def fit_laws(m: Means, laws: Sequence[Law] = LAWS, s_fit: float = S_FIT) -> dict[str, Any]:
-    """Every law of ``laws`` scored on one sweep: {law name: score_law(...)} plus the best
-    law out of sample (least extrapolation error, else least leave-one-out error)."""
-    scores = {law.name: score_law(law, m, s_fit) for law in laws}
-
-    def key(name: str) -> tuple[float, float]:
-        sc = scores[name]
-        ex, lo = sc["extrap"].estimate, sc["loo"].estimate
-        return (ex if math.isfinite(ex) else math.inf, lo if math.isfinite(lo) else math.inf)
-
-    best = min(scores, key=key)
-    return {
-        "laws": scores,
-        "best": best if math.isfinite(min(key(best))) else None,
-        "s_fit": s_fit,
-        "n_windows": m.n_windows,
-        "n_seeds": m.n_seeds,
-    }
-
-
 def law_rows(result: dict[str, Any], basis: str) -> list[dict[str, Any]]:
     """One flat row per law (the stored 'laws' table): parameters with intervals (NaN where
-    a law has no such parameter), mean |error| in sample, leave-one-out and extrapolation."""
+    a law has no such parameter), mean |error| in sample, leave-one-out and extrapolation,
+    the verdict, and whether the law is best (separated from every other) on each score."""
     rows = []
     for name, sc in result["laws"].items():
         row: dict[str, Any] = {"basis": basis, "law": name, "formula": sc["formula"]}
         for p in PARAMS:
             iv = sc.get(p, NO_INTERVAL)
             row.update(iv.as_dict(p))
-        for kind in ("fit", "loo", "extrap"):
+        for kind in KINDS:
             row.update(sc[kind].as_dict(f"{kind}_error"))
         row["verdict"] = sc["verdict"]
-        row["best"] = name == result["best"]
+        for kind in ("loo", "extrap"):
+            row[f"best_{kind}"] = result["best"][kind] == [name]
         rows.append(row)
     return rows
 

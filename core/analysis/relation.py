@@ -177,7 +177,9 @@ def accuracy_relation(
     }
 
 
-def effective_relation(ppl0: float, d: float, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def effective_relation(
+    ppl0: float, d: float, rows: Iterable[Mapping[str, Any]], boot: Bootstrap = DEFAULT_BOOT
+) -> dict[str, Any]:
     """Test (A1) with effective dimensions: PPL = PPL₀^{d / d_eff} for any pruning method.
 
     d: the dense model's effective dimension (e.g. its mean pca99); rows: one per run with
@@ -212,7 +214,7 @@ def effective_relation(ppl0: float, d: float, rows: Iterable[Mapping[str, Any]])
         raise ConfigError("effective_relation needs at least one run")
     a, b, r2 = linear_fit([r["dim_ratio"] for r in out_rows], [r["ratio"] for r in out_rows])
     mae = sum(abs(r["rel_error"]) for r in out_rows) / len(out_rows)
-    held_out = method_out_of_sample(log0, out_rows)
+    held_out = method_out_of_sample(log0, out_rows, boot)
     return {
         "rows": out_rows,
         "mean_abs_rel_error": mae,

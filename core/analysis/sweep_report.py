@@ -2,14 +2,17 @@
 
 A sweep point is a sparsity s with one stored slice run per calibration seed; each run holds
 its evaluation windows' NLLs (``T_EVAL_WINDOWS``) and, when zero-shot tasks were asked, its
-per-item predictions. ``relation_report`` fits the candidate laws of (A1) against the nominal
-s and the achieved s_eff with bootstrap intervals and scores them out of sample
-(core.analysis.laws), and reads (A1)'s verdict from them (core.analysis.verdicts);
+per-item predictions. ``relation_report`` computes the primary protocol's estimands
+(docs/statistics.md) against the achieved s_eff (the headline) and the nominal s (a
+sensitivity analysis): the joint test of (A1) and the local first order
+(core.analysis.first_order), the candidate laws scored out of sample and compared by paired
+differences (core.analysis.law_compare), and (A1)'s verdict (core.analysis.verdicts);
 ``accuracy_report`` does the same for (A2) per task, with its one rule.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +20,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from core.analysis.laws import Means, fit_laws, law_rows, point_rows
-from core.analysis.uncertainty import accuracy_intervals, relation_intervals
+from core.analysis.accuracy import accuracy_intervals
+from core.analysis.first_order import first_order_estimands
+from core.analysis.law_compare import fit_laws
+from core.analysis.laws import Means, law_rows, point_rows, split
+from core.analysis.uncertainty import DEFAULT_BOOT, Bootstrap, Interval
 from core.analysis.verdicts import a1_verdict, accuracy_verdict
 from core.errors import StoreError
-from core.names import T_EVAL_WINDOWS, T_ZEROSHOT_ITEMS
+from core.names import (
+    T_EVAL_WINDOWS,
+    T_KAPPA_RANGE,
+    T_LAW_DIFFERENCES,
+    T_LAW_POINTS,
+    T_LAWS,
+    T_ZEROSHOT_ITEMS,
+)
 from core.store.run_store import RunStore
 
 
@@ -54,38 +67,73 @@ def item_scores(items: pd.DataFrame, run_id: str, task: str) -> np.ndarray:
     return (part["pred"] == part["gold"]).to_numpy(float)
 
 
-def judge_relation(
-    s: Sequence[float], nll: list[np.ndarray], dense: np.ndarray, basis: str
-) -> dict[str, Any]:
-    """Every candidate law of core.analysis.laws on one s basis, (A1)'s verdict, and each
-    point's ratio and perplexity with intervals (core.analysis.uncertainty). ``nll[p]``:
-    point p's (seeds, windows) window NLLs; ``dense``: (windows,), the same windows."""
-    laws = fit_laws(Means.from_units(s, nll, dense))
+def point_intervals(m: Means) -> list[dict[str, Any]]:
+    """Each point's perplexity and ratio ln PPL₀/ln PPL with intervals, and the number of
+    calibration seeds behind it (core.analysis.uncertainty)."""
+    n = len(m.s)
+    ppl = m.r.bands(lambda x: x[..., :n]).intervals()
+    ratio = m.r.bands(lambda x: 1.0 / split(x)[0]).intervals()
+    return [
+        {
+            "s": float(g),
+            "s_eff": float(s),
+            **Interval(math.exp(p.estimate), math.exp(p.lo), math.exp(p.hi)).as_dict("ppl"),
+            **r.as_dict("ratio"),
+            "n_seeds": int(k),
+        }
+        for g, s, p, r, k in zip(m.grid, m.s, ppl, ratio, m.r.n_seeds[:-1], strict=True)
+    ]
+
+
+def relation_on(m: Means, basis: str) -> dict[str, Any]:
+    """(A1) on one s basis: the joint test, the local first order and κ against fit range
+    (core.analysis.first_order), every candidate law with its out-of-sample errors and their
+    paired differences (core.analysis.law_compare), and the verdict (core.analysis.verdicts).
+    The row lists are keyed by the tables they are stored as."""
+    laws = fit_laws(m)
+    est = first_order_estimands(m)
     line = laws["laws"]["line"]
     return {
+        **{k: v for k, v in est.items() if k != "kappa_range"},
         **line["a"].as_dict("a"),
         **line["b"].as_dict("b"),
-        **a1_verdict(laws),
-        "laws": law_rows(laws, basis),
-        "law_points": point_rows(laws, basis),
-        "rows": relation_intervals(s, nll, dense)["rows"],
+        **a1_verdict(laws, est),
+        "basis": basis,
+        T_KAPPA_RANGE: [{"basis": basis, **r} for r in est["kappa_range"]],
+        T_LAWS: law_rows(laws, basis),
+        T_LAW_POINTS: point_rows(laws, basis),
+        T_LAW_DIFFERENCES: [{"basis": basis, **r} for r in laws["differences"]],
         "n_windows": laws["n_windows"],
+    }
+
+
+def relation_from_units(
+    s: Sequence[float],
+    s_eff: Sequence[float],
+    nll: Sequence[np.ndarray],
+    dense: np.ndarray,
+    boot: Bootstrap = DEFAULT_BOOT,
+) -> dict[str, Any]:
+    """(A1) on one sweep's window NLLs (per point (seeds, windows), dense (windows,)):
+    ``primary`` on the achieved s_eff (the primary protocol's basis), ``nominal`` on the
+    nominal s (a sensitivity analysis), both on the same replicates and reading ranges on
+    the nominal grid, and every point's intervals."""
+    m = Means.from_units(s_eff, nll, dense, boot, grid=s)
+    return {
+        "primary": relation_on(m, "s_eff"),
+        "nominal": relation_on(Means.of(s, m.r), "s"),
+        "points": point_intervals(m),
+        "n_seeds": min(m.r.n_seeds[:-1]),
     }
 
 
 def relation_report(
     store: RunStore, points: Sequence[SweepPoint], dense_run: str
 ) -> dict[str, Any]:
-    """(A1) judged by prediction against nominal s and against s_eff: the candidate laws with
-    intervals and out-of-sample errors, (A1)'s verdict and sentence, and every point's ratio
-    ln PPL₀/ln PPL and perplexity with 95% intervals."""
+    """``relation_from_units`` on the window NLLs of a sweep's stored runs."""
     dense = window_nlls(store, dense_run)
     nll = [np.stack([window_nlls(store, r) for r in p.run_ids]) for p in points]
-    return {
-        "nominal": judge_relation([p.s for p in points], nll, dense, "s"),
-        "effective": judge_relation([p.s_eff for p in points], nll, dense, "s_eff"),
-        "n_seeds": min(len(p.run_ids) for p in points),
-    }
+    return relation_from_units([p.s for p in points], [p.s_eff for p in points], nll, dense)
 
 
 def accuracy_report(

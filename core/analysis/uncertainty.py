@@ -1,51 +1,60 @@
-"""Intervals for every fitted number of Paper A, and the verdicts that read them.
+"""Intervals for every fitted number of Paper A: two-level bootstrap replicates, widened for
+small samples, and the studentised interval every statistic of them gets.
 
-The statistics were fixed before any sweep was looked at (docs/statistics.md):
+The construction was fixed before the primary protocol's sweeps were looked at
+(docs/statistics.md, "Intervals: seeds, then windows"). Notation: a *column* c is a sweep
+point (or the dense model, the last column); x_{k,w} is the mean NLL of window w (of W)
+under calibration seed k (of n_c); x̄_k = mean_w x_{k,w}, x̄ = mean_k x̄_k = m_c, the
+column's mean. A statistic T = T(m_1, …, m_C) is any function of the column means (a law's
+parameter, a held-out error, a difference of two errors, a perplexity exp(m_c)).
 
-- **Resampling units.** Perplexity is a mean over evaluation windows, and a pruned model depends
-  on its calibration draw, so a point's uncertainty has two sources. Each bootstrap replicate
-  draws the evaluation windows with replacement (the *same* draw for every point and for the
-  dense model: the points of one sweep are paired on one corpus) and, independently per point,
-  the calibration seeds with replacement. Zero-shot accuracy is resampled the same way over
-  items instead of windows.
-- **Interval.** Percentile interval at 95% from ``N_BOOT`` = 2000 replicates, fixed RNG seed,
-  so the same stored runs always print the same interval.
-- **Verdicts.** Written in core.analysis.verdicts: equivalence tests with tolerances fixed in
-  advance (``TOLERANCE`` = 0.1 on a slope); with thousands of evaluation tokens any model
-  departs from a predicted slope by *something*, so "1 is outside the interval" alone would
-  reject every model.
-- **Seeds.** With three seeds the bootstrap's seed component is narrow by a factor of about
-  √((n−1)/n); docs/statistics.md says so beside every interval.
-- **Fit.** Ordinary least squares of ratio = ln PPL₀ / ln PPL on x = 1 − s (A1); for (A2)
-  weighted least squares of ln(acc/acc₀) on 1 − s with weights 1/SE² (delta method).
+1. **Small-sample widening.** Before resampling, deviations at each level are rescaled so
+   that the bootstrap variance of a mean is the unbiased one (s²/n, not (n − 1)/n·s²/n):
+   x′_{k,w} = x̄ + c_n·(x̄_k − x̄) + c_W·(x_{k,w} − x̄_k), c_n = √(n_c/(n_c − 1)) (1 for one
+   seed), c_W = √(W/(W − 1)).
+2. **Replicates, seeds then windows.** Replicate b draws the W windows with replacement
+   once (the same draw for every column: the points and the dense model are evaluated on the
+   same windows) and, independently per column, its n_c seeds with replacement:
+   m*_{b,c} = mean over the drawn seeds of the window-weighted x′. ``N_BOOT`` = 2000
+   replicates from a generator seeded with ``BOOT_SEED``, so the same stored runs always
+   print the same interval. The *windows-only* replicates average the seeds instead of
+   drawing them (the earlier protocols' construction; a test's negative control).
+3. **Interval.** T̂ ± t_ν(0.975)·SD*, SD* the standard deviation of T over the replicates
+   (non-finite replicates dropped), t_ν Student's quantile on Satterthwaite's degrees of
+   freedom ν = (Σ_c v_c + v_W)² / (Σ_c v_c²/(n_c − 1) + v_W²/(W − 1)), where
+   v_c = (∂T/∂m_c)²·S²_c/n_c is column c's seed part (S²_c the unbiased variance of its seed
+   means; the derivative by a forward difference) and v_W the variance of T over the
+   windows-only replicates. With three seeds and the seed part dominant ν is about 2 per
+   point it reads, so t_ν, not 1.96, sets the width. A perplexity's interval is this
+   interval of ln PPL = m_c, exponentiated; a mean |error| is floored at 0.
+4. **Covariance of a vector statistic** (the joint test): the replicates' covariance and the
+   matrix form of ν (core.analysis.small_sample.effective_df).
 
-Inputs are per-unit arrays: ``nll[p]`` is (seeds, windows) of window-mean NLLs of point p,
-``dense`` is (windows,). Every function here is pure numpy.
+Verdicts read these intervals against tolerances fixed in advance (core.analysis.verdicts);
+with thousands of tokens any model departs from a predicted slope by *something*.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from core.analysis.small_sample import effective_df, t_quantile
 from core.errors import ConfigError
 
 LEVEL = 0.95
 N_BOOT = 2000
 BOOT_SEED = 0
-# The practical tolerance of the verdicts: a slope within 10% of the predicted one counts as
-# the relation holding (the paper's own models depart from (A1) by more than that).
-TOLERANCE = 0.1
-VERDICTS = ("supported", "contradicted", "inconclusive")
+Statistic = Callable[[np.ndarray], np.ndarray]  # column means (..., C) -> (..., K)
 
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with its percentile interval at ``level``: lo and hi are NaN when
-    no bootstrap replicate was finite, and the verdicts then read "inconclusive"."""
+    """A point estimate with its interval at ``level``: lo and hi are NaN when no interval
+    could be computed, and the verdicts then read "inconclusive"."""
 
     estimate: float
     lo: float
@@ -63,6 +72,10 @@ class Interval:
         """{name, name_lo, name_hi}: the flat form stored in tables and metrics."""
         return {name: self.estimate, f"{name}_lo": self.lo, f"{name}_hi": self.hi}
 
+    def at_least(self, floor: float) -> Interval:
+        """The interval cut at ``floor`` (a mean |error| or an accuracy cannot be below 0)."""
+        return Interval(self.estimate, self.lo if not self.lo < floor else floor, self.hi)
+
     def __str__(self) -> str:
         return f"{self.estimate:.4g} [{self.lo:.4g}, {self.hi:.4g}]"
 
@@ -78,40 +91,162 @@ def percentile_interval(samples: np.ndarray, estimate: float, level: float = LEV
     return Interval(float(estimate), float(lo), float(hi), level)
 
 
-def _units(values: Sequence[np.ndarray] | np.ndarray) -> list[np.ndarray]:
-    """Per-point (seeds, units) float64 arrays; a 1-D array is one seed."""
-    out = []
-    for v in values:
-        arr = np.atleast_2d(np.asarray(v, dtype=np.float64))
-        if arr.size == 0:
-            raise ConfigError("a point has no evaluation units to resample")
-        out.append(arr)
-    n_units = {a.shape[1] for a in out}
-    if len(n_units) != 1:
-        raise ConfigError(f"points were evaluated on different numbers of units: {n_units}")
-    return out
-
-
 def unit_weights(rng: np.random.Generator, n_units: int, n_boot: int) -> np.ndarray:
     """(n_boot, n_units) resampling weights: counts of each unit in a draw, divided by n_units,
     so ``weights @ values`` is the resampled mean."""
     draws = rng.integers(0, n_units, size=(n_boot, n_units))
-    counts = np.zeros((n_boot, n_units))
-    np.add.at(counts, (np.arange(n_boot)[:, None], draws), 1.0)
+    flat = (draws + n_units * np.arange(n_boot)[:, None]).ravel()  # one bin per (b, unit)
+    counts = np.bincount(flat, minlength=n_boot * n_units).reshape(n_boot, n_units)
     return counts / n_units
 
 
-def resampled_means(
-    points: Sequence[np.ndarray], weights: np.ndarray, rng: np.random.Generator
-) -> np.ndarray:
-    """(n_boot, P): each point's mean over resampled units and resampled seeds."""
-    n_boot = weights.shape[0]
-    out = np.empty((n_boot, len(points)))
-    for p, arr in enumerate(points):
-        per_seed = weights @ arr.T  # (n_boot, seeds)
-        pick = rng.integers(0, arr.shape[0], size=(n_boot, arr.shape[0]))
-        out[:, p] = np.take_along_axis(per_seed, pick, axis=1).mean(axis=1)
-    return out
+def widened(units: np.ndarray) -> np.ndarray:
+    """(..., n, W) unit values with seed deviations scaled by √(n/(n − 1)) and window
+    deviations by √(W/(W − 1)) (step 1 of the module docstring); means unchanged."""
+    n, w = units.shape[-2:]
+    row = units.mean(axis=-1, keepdims=True)
+    grand = row.mean(axis=-2, keepdims=True)
+    c_n = math.sqrt(n / (n - 1)) if n > 1 else 1.0
+    c_w = math.sqrt(w / (w - 1)) if w > 1 else 1.0
+    return grand + c_n * (row - grand) + c_w * (units - row)
+
+
+@dataclass(frozen=True)
+class Bands:
+    """Intervals of K statistics as arrays (..., K): estimate, bounds and the degrees of
+    freedom of their t quantile."""
+
+    est: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    nu: np.ndarray
+
+    def covers(self, truth: np.ndarray) -> np.ndarray:
+        return (self.lo <= truth) & (truth <= self.hi)
+
+    def intervals(self) -> list[Interval]:
+        """One Interval per statistic of an unbatched result."""
+        return [
+            Interval(float(e), float(lo), float(hi))
+            for e, lo, hi in zip(self.est, self.lo, self.hi, strict=True)
+        ]
+
+
+def _sd(x: np.ndarray) -> np.ndarray:
+    """Standard deviation over the replicate axis (-2) of the finite replicates (NaN with
+    fewer than two)."""
+    ok = np.isfinite(x)
+    n = ok.sum(axis=-2)
+    xs = np.where(ok, x, 0.0)
+    mean = xs.sum(axis=-2) / np.maximum(n, 1)
+    dev = np.where(ok, x - mean[..., None, :], 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n >= 2, np.sqrt((dev * dev).sum(axis=-2) / (n - 1)), np.nan)
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """A statistic of K outputs evaluated on a Resampled: at the estimate (..., K), its
+    gradient in the column means (..., C, K), on the replicates and on the windows-only
+    replicates (..., B, K). Outputs combine linearly (a difference of two laws' errors is
+    the difference of their Evaluated), so a statistic is computed once and read many ways."""
+
+    est: np.ndarray
+    grad: np.ndarray
+    reps: np.ndarray
+    wreps: np.ndarray
+
+    def take(self, cols: Sequence[int] | slice) -> Evaluated:
+        return Evaluated(*(a[..., cols] for a in (self.est, self.grad, self.reps, self.wreps)))
+
+    def __sub__(self, other: Evaluated) -> Evaluated:
+        return Evaluated(*(a - b for a, b in zip(self.parts(), other.parts(), strict=True)))
+
+    def parts(self) -> tuple[np.ndarray, ...]:
+        return self.est, self.grad, self.reps, self.wreps
+
+    @staticmethod
+    def stack(items: Sequence[Evaluated]) -> Evaluated:
+        """The outputs of several Evaluated side by side (K axis)."""
+        columns = zip(*(e.parts() for e in items), strict=True)  # est's, grad's, ...
+        return Evaluated(*(np.concatenate(arrays, axis=-1) for arrays in columns))
+
+
+@dataclass(frozen=True)
+class Resampled:
+    """Column means and their replicates (module docstring). est (..., C); reps and
+    window_reps (..., B, C); seed_var (..., C) = S²_c/n_c (0 with one seed); seed_df (C,)
+    = max(n_c − 1, 1); n_seeds (C,); n_windows W. Leading axes batch independent sweeps (the
+    coverage tests): every statistic is a function of the last axis."""
+
+    est: np.ndarray
+    reps: np.ndarray
+    window_reps: np.ndarray
+    seed_var: np.ndarray
+    seed_df: np.ndarray
+    n_seeds: tuple[int, ...]
+    n_windows: int
+
+    def evaluate(self, fn: Statistic) -> Evaluated:
+        """fn at the estimate, at C forward-difference steps, on the replicates and on the
+        windows-only replicates, in one call."""
+        c, b = self.est.shape[-1], self.reps.shape[-2]
+        h = 1e-6 * np.maximum(1.0, np.abs(self.est))  # (..., C)
+        steps = self.est[..., None, :] + h[..., None, :] * np.eye(c)  # (..., C, C)
+        rows = [self.est[..., None, :], steps, self.reps, self.window_reps]
+        with np.errstate(all="ignore"):
+            out = np.asarray(fn(np.concatenate(rows, axis=-2)), dtype=float)
+        if out.ndim == self.est.ndim:  # a scalar statistic
+            out = out[..., None]
+        est, grad = out[..., 0, :], out[..., 1 : c + 1, :]
+        with np.errstate(all="ignore"):
+            grad = (grad - est[..., None, :]) / h[..., :, None]
+        return Evaluated(est, grad, out[..., c + 1 : c + 1 + b, :], out[..., c + 1 + b :, :])
+
+    def _df(self, parts: np.ndarray) -> np.ndarray:
+        """effective_df of per-column seed parts and the window part (last along -3)."""
+        return effective_df(parts, np.append(self.seed_df, max(self.n_windows - 1, 1)))
+
+    def bands(self, stat: Statistic | Evaluated, floor: float | None = None) -> Bands:
+        """The interval of every output of a statistic (a function of the column means, or
+        one already evaluated): T̂ ± t_ν·SD* (module docstring)."""
+        e = stat if isinstance(stat, Evaluated) else self.evaluate(stat)
+        v_seed = np.where(np.isfinite(e.grad), e.grad, 0.0) ** 2 * self.seed_var[..., :, None]
+        v_win = np.nan_to_num(_sd(e.wreps) ** 2)
+        parts = np.concatenate([v_seed, v_win[..., None, :]], axis=-2)  # (..., C + 1, K)
+        nu = self._df(np.moveaxis(parts, -2, -1)[..., None, None])
+        half = t_quantile(nu) * _sd(e.reps)
+        lo, hi = e.est - half, e.est + half
+        if floor is not None:
+            lo = np.maximum(lo, floor)
+        return Bands(e.est, lo, hi, nu)
+
+    def windows_only(self, stat: Statistic | Evaluated) -> Bands:
+        """The interval a windows-only bootstrap gives (seeds averaged, never drawn): the
+        negative control of the tests, T̂ ± t_{W−1}·SD over the windows-only replicates."""
+        e = stat if isinstance(stat, Evaluated) else self.evaluate(stat)
+        nu = np.full(e.est.shape, float(max(self.n_windows - 1, 1)))
+        half = t_quantile(nu) * _sd(e.wreps)
+        return Bands(e.est, e.est - half, e.est + half, nu)
+
+    def covariance(self, fn: Statistic) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(θ̂ (..., k), the replicates' covariance (..., k, k), its effective degrees
+        of freedom (...)) of a vector statistic; replicates with a non-finite entry dropped."""
+        e = self.evaluate(fn)
+        g = np.where(np.isfinite(e.grad), e.grad, 0.0)
+        v_seed = np.einsum("...ci,...cj->...cij", g, g) * self.seed_var[..., :, None, None]
+        v_win = np.nan_to_num(_cov(e.wreps))[..., None, :, :]
+        return e.est, _cov(e.reps), self._df(np.concatenate([v_seed, v_win], axis=-3))
+
+
+def _cov(x: np.ndarray) -> np.ndarray:
+    """(..., k, k) covariance over the replicate axis (-2) of the rows with every entry finite."""
+    ok = np.isfinite(x).all(axis=-1, keepdims=True)
+    n = ok.sum(axis=-2)[..., None]
+    xs = np.where(ok, x, 0.0)
+    dev = np.where(ok, xs - xs.sum(axis=-2, keepdims=True) / np.maximum(n, 1), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.einsum("...bi,...bj->...ij", dev, dev) / np.where(n >= 2, n - 1, np.nan)
 
 
 @dataclass(frozen=True)
@@ -122,150 +257,60 @@ class Bootstrap:
     n_boot: int = N_BOOT
     seed: int = BOOT_SEED
 
-    def means(self, points: Sequence[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
-        """(per-point (seeds, units) arrays, (n_boot, P) resampled means): the units are
-        drawn once for every point (paired), the seeds independently per point."""
-        pts = _units(points)
+    def resample(self, columns: Sequence[np.ndarray]) -> Resampled:
+        """Columns (..., n_c, W) of unit values (windows, or zero-shot items) -> Resampled:
+        units drawn once for every column (paired), seeds independently per column."""
+        cols = [np.asarray(c, dtype=np.float64) for c in columns]
+        if not cols or any(c.ndim < 2 or c.size == 0 for c in cols):
+            raise ConfigError("every point needs (seeds, units) values to resample")
+        n_units = {c.shape[-1] for c in cols}
+        if len(n_units) != 1:
+            raise ConfigError(f"points were evaluated on different numbers of units: {n_units}")
+        w = n_units.pop()
         rng = np.random.default_rng(self.seed)
-        weights = unit_weights(rng, pts[0].shape[1], self.n_boot)
-        return pts, resampled_means(pts, weights, rng)
+        weights = unit_weights(rng, w, self.n_boot)
+        reps, wreps, var = [], [], []
+        for col in cols:
+            n = col.shape[-2]
+            per_seed = np.einsum("bw,...kw->...bk", weights, widened(col))  # (..., B, n)
+            pick = rng.integers(0, n, size=(self.n_boot, n))
+            drawn = np.take_along_axis(per_seed, np.broadcast_to(pick, per_seed.shape), -1)
+            reps.append(drawn.mean(axis=-1))
+            wreps.append(per_seed.mean(axis=-1))
+            row = col.mean(axis=-1)
+            var.append(row.var(axis=-1, ddof=1) / n if n > 1 else np.zeros(row.shape[:-1]))
+        n_seeds = tuple(c.shape[-2] for c in cols)
+        return Resampled(
+            np.stack([c.mean(axis=(-2, -1)) for c in cols], axis=-1),
+            np.stack(reps, axis=-1),
+            np.stack(wreps, axis=-1),
+            np.stack(var, axis=-1),
+            np.array([max(n - 1, 1) for n in n_seeds], dtype=float),
+            n_seeds,
+            w,
+        )
 
 
 DEFAULT_BOOT = Bootstrap()
 
 
+def ppl_intervals(points: Sequence[np.ndarray], boot: Bootstrap = DEFAULT_BOOT) -> list[Interval]:
+    """95% interval of each point's perplexity exp(mean NLL) over windows and seeds: the
+    interval of ln PPL (module docstring), exponentiated. A point is (seeds, windows) or
+    (windows,) for one seed."""
+    r = boot.resample([np.atleast_2d(np.asarray(p, dtype=float)) for p in points])
+    b = r.bands(lambda m: m)
+    return [
+        Interval(math.exp(iv.estimate), math.exp(iv.lo), math.exp(iv.hi)) for iv in b.intervals()
+    ]
+
+
 def paired_difference(a: np.ndarray, b: np.ndarray, boot: Bootstrap = DEFAULT_BOOT) -> Interval:
-    """95% interval of mean(a − b) for two (seeds, units) arrays measured on the same seeds
-    and units (two methods on the same calibration draws and evaluation windows): each
-    replicate resamples the units and the seeds of the per-unit differences, so both
-    pairings hold. With n seeds the seed component is narrow by about √((n−1)/n)."""
+    """Interval of mean(a − b) for two (seeds, units) arrays measured on the same seeds and
+    units (two methods on the same calibration draws and evaluation windows): the per-unit
+    differences are one column of the two-level construction above (seeds, then units,
+    widened for few seeds), so both pairings hold."""
     a, b = (np.atleast_2d(np.asarray(x, dtype=np.float64)) for x in (a, b))
     if a.shape != b.shape:
         raise ConfigError(f"paired arrays differ in shape: {a.shape} vs {b.shape}")
-    pts, means = boot.means([a - b])
-    return percentile_interval(means[:, 0], float(pts[0].mean()))
-
-
-def _against_dense(
-    s: Sequence[float], points: Sequence[np.ndarray], dense: np.ndarray, boot: Bootstrap
-) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
-    """(x = 1 − s, the points then the dense model as (seeds, units) arrays, their (n_boot,
-    P + 1) resampled means) for a relation fitted against the dense model."""
-    if len(s) != len(points):
-        raise ConfigError(f"{len(s)} sparsities but {len(points)} points")
-    pts, means = boot.means([*points, dense])
-    return 1.0 - np.asarray(s, dtype=float), pts, means
-
-
-def line_fits(x: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
-    """Weighted least squares y ≈ a·x + b along the last axis. x: (P,), y: (..., P) ->
-    (..., 2) of (a, b); NaN where x has fewer than two distinct values."""
-    x = np.asarray(x, dtype=float)
-    w = np.ones_like(x) if w is None else np.asarray(w, dtype=float)
-    sw = w.sum()
-    xm = (w * x).sum() / sw
-    sxx = (w * (x - xm) ** 2).sum()
-    if np.unique(x).size < 2 or sxx <= 0:
-        return np.full((*np.shape(y)[:-1], 2), np.nan)
-    ym = (y * w).sum(axis=-1) / sw
-    a = ((y - ym[..., None]) * (w * (x - xm))).sum(axis=-1) / sxx
-    return np.stack([a, ym - a * xm], axis=-1)
-
-
-def ppl_intervals(points: Sequence[np.ndarray], boot: Bootstrap = DEFAULT_BOOT) -> list[Interval]:
-    """95% interval of each point's perplexity exp(mean NLL) over windows and seeds."""
-    pts, means = boot.means(points)
-    return [
-        percentile_interval(np.exp(means[:, p]), math.exp(float(arr.mean())))
-        for p, arr in enumerate(pts)
-    ]
-
-
-def relation_intervals(
-    s: Sequence[float], nll: Sequence[np.ndarray], dense: np.ndarray, boot: Bootstrap = DEFAULT_BOOT
-) -> dict[str, object]:
-    """(A1) with intervals: ratio_p = ln PPL₀ / ln PPL_p fitted as a·(1 − s_p) + b.
-
-    s: (P,) the sparsities (nominal or achieved); nll: per point (seeds, windows) window
-    NLLs; dense: (windows,) the dense model's on the same windows. Returns the estimates and
-    intervals of a and b, and per point the ratio and perplexity with their intervals.
-    """
-    x, pts, means = _against_dense(s, nll, dense, boot)
-    ratios = means[:, -1:] / means[:, :-1]  # (n_boot, P)
-    est_means = np.array([a.mean() for a in pts])
-    est_ratio = est_means[-1] / est_means[:-1]
-    a_hat, b_hat = line_fits(x, est_ratio)
-    boot = line_fits(x, ratios)
-    a = percentile_interval(boot[:, 0], a_hat)
-    b = percentile_interval(boot[:, 1], b_hat)
-    rows = []
-    for p in range(len(s)):
-        rows.append(
-            {
-                "s": float(s[p]),
-                **percentile_interval(ratios[:, p], est_ratio[p]).as_dict("ratio"),
-                **percentile_interval(np.exp(means[:, p]), math.exp(est_means[p])).as_dict("ppl"),
-                "n_seeds": int(pts[p].shape[0]),
-            }
-        )
-    return {"a": a, "b": b, "rows": rows, "n_windows": int(pts[0].shape[1])}
-
-
-def accuracy_intervals(
-    s: Sequence[float],
-    correct: Sequence[np.ndarray],
-    dense: np.ndarray,
-    boot: Bootstrap = DEFAULT_BOOT,
-) -> dict[str, object]:
-    """(A2) with intervals: ln(acc_p/acc₀) = κ·(1 − s_p) + c by weighted least squares.
-
-    correct: per pruned point (seeds, items) 0/1 (or acc_norm) scores on one task; dense:
-    (items,). Weights 1/SE² of ln(acc_p/acc₀) by the delta method, SE² = var_p/(n·acc_p²)
-    + var₀/(n·acc₀²). Replicates resample items (paired) and seeds; points at accuracy 0 in
-    a replicate make it NaN (dropped). Returns κ and c with intervals, and the rows.
-    """
-    x, pts, means = _against_dense(s, correct, dense, boot)
-    n = pts[0].shape[1]
-    acc = np.array([a.mean() for a in pts])
-    var = np.array([a.var() for a in pts])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        se2 = var[:-1] / (n * acc[:-1] ** 2) + var[-1] / (n * acc[-1] ** 2)
-        w = np.where(se2 > 0, 1.0 / se2, 1.0)
-        y = np.log(acc[:-1] / acc[-1])
-    kappa_hat, c_hat = line_fits(x, y, w) if np.isfinite(y).all() else (math.nan, math.nan)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ys = np.log(means[:, :-1] / means[:, -1:])
-    fits = line_fits(x, np.where(np.isfinite(ys), ys, np.nan), w)
-    rows = [
-        {"s": float(s[p]), **percentile_interval(means[:, p], acc[p]).as_dict("acc")}
-        for p in range(len(s))
-    ]
-    loo = accuracy_loo(x, means[:, :-1], means[:, -1], w)
-    return {
-        "kappa": percentile_interval(fits[:, 0], kappa_hat),
-        "intercept": percentile_interval(fits[:, 1], c_hat),
-        "acc0": percentile_interval(means[:, -1], acc[-1]),
-        "loo": percentile_interval(loo, float(accuracy_loo(x, acc[:-1], acc[-1], w))),
-        "rows": rows,
-    }
-
-
-def accuracy_loo(x: np.ndarray, acc: np.ndarray, acc0: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Mean |acc_pred − acc| over the points, each predicted by the (A2) line fitted on the
-    others (leave-one-s-out). acc: (..., P), acc0: (...,); NaN with fewer than 3 points (two
-    are needed to fit and one to predict) or where an accuracy is 0."""
-    acc = np.asarray(acc, dtype=float)
-    acc0 = np.asarray(acc0, dtype=float)
-    n = len(x)
-    if n < 3:
-        return np.full(acc.shape[:-1], np.nan)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        y = np.log(acc / acc0[..., None])
-    y = np.where(np.isfinite(y), y, np.nan)
-    errs = []
-    for p in range(n):
-        keep = np.arange(n) != p
-        fit = line_fits(x[keep], y[..., keep], w[keep])
-        pred = acc0 * np.exp(fit[..., 0] * x[p] + fit[..., 1])
-        errs.append(np.abs(pred - acc[..., p]))
-    return np.mean(errs, axis=0)
+    return boot.resample([a - b]).bands(lambda m: m).intervals()[0]

@@ -1,27 +1,24 @@
 """The written rules that turn Paper A's fits into verdicts, one place for the CLI and the app.
 
-(A1), perplexity (``a1_verdict``, on the scores of ``core.analysis.laws``). Two questions,
-kept apart because a sweep can answer one and not the other:
+(A1), perplexity (``a1_verdict``, on core.analysis.first_order's estimands and the laws of
+core.analysis.law_compare). The sentence leads with what tests (A1):
 
-- **First order.** (A1) is ln PPL = ln PPL₀/(1 − s) = ln PPL₀·(1 + s + s²/(1 − s)), so its
-  slope at s = 0 is κ = 1. κ is read from the ``curved`` law (first order plus (A1)'s own
-  curvature term; fitted on every point, so (A1)'s curvature does not bias it) and, when that
-  law cannot be fitted (fewer than two s > 0), from the ``linear`` law. *supported* when κ's
-  95% interval lies inside 1 ± ``KAPPA_TOL`` (0.1, the tolerance fixed before any sweep for
-  the slope, core.analysis.uncertainty.TOLERANCE); *contradicted* when it lies wholly outside;
-  else *inconclusive*.
-- **Curvature and reach.** (A1)'s own prediction PPL₀^{1/(1−s)} against the measured
-  perplexity, point by point with 95% intervals: a point *agrees* when its interval of
-  PPL_pred/PPL − 1 lies inside ±``PPL_TOL`` (10%), *departs* when it lies wholly outside.
-  The reach is the largest s up to which every point agrees. The curvature verdict reads the
-  points beyond ``S_CURVE`` = 0.2: *agrees* when all agree, *over-predicts* (or
-  *under-predicts*) when some depart and all that depart do so upwards (downwards), else
-  *inconclusive*.
-
-The sentence says both in plain words, e.g. "(A1) holds to first order (κ = 1.02 [0.99,
-1.05]); its perplexity prediction agrees within ±10% up to s ≈ 0.2, is undecided at s = 0.3
-and over-predicts by +103% [..] at s = 0.4 to +1217% [..] at s = 0.6", and names the law that
-predicts best out of sample.
+- **Joint test.** (A1) is the nesting law at κ = κ₂ = 1; *rejected* when the Wald test's
+  p < 0.05 (core.analysis.first_order.joint_test), else *not rejected*, with the smallest
+  departures it would detect beside it.
+- **Local first order.** κ of the nesting law fitted on nominal 0 < s ≤ 0.15 (the primary
+  protocol's estimand 2): *agrees* when its 95% interval lies inside 1 ± ``KAPPA_TOL`` (0.1,
+  core.analysis.protocol), *departs* when wholly outside, else *undecided* (also when fewer
+  than two points lie in the range).
+- **Reach of (A1)'s own prediction.** PPL₀^{1/(1−s)} against the measured perplexity, point
+  by point with 95% intervals: a point *agrees* when its interval of PPL_pred/PPL − 1 lies
+  inside ±``PPL_TOL`` (10%), *departs* when it lies wholly outside. The reach is the largest
+  s up to which every point agrees. The curvature reading takes the points beyond
+  ``S_CURVE`` = 0.2: *agrees* when all agree, *over-predicts* (or *under-predicts*) when some
+  depart and all that depart do so upwards (downwards), else *inconclusive*.
+- **The laws describe the curve** and are not tests of (A1): per out-of-sample score the law
+  that predicts best when it is separated from every other, else the laws not separated
+  (core.analysis.law_compare).
 
 (A2), accuracy (``accuracy_verdict``; ``ACCURACY_RULE`` is the same rule in words for the
 page): ln(acc/acc₀) = κ·(1 − s) + c must say more than "accuracy falls with s". *supported*
@@ -38,9 +35,10 @@ import math
 from typing import Any
 
 from core.analysis.laws import PPL_TOL
-from core.analysis.uncertainty import TOLERANCE, Interval
+from core.analysis.protocol import KAPPA_TOL
+from core.analysis.uncertainty import Interval
 
-KAPPA_TOL = TOLERANCE
+FIRST_ORDER = ("agrees", "departs", "undecided")
 S_CURVE = 0.2
 ACC_TOL = 0.03
 ACCURACY_RULE = (
@@ -56,14 +54,14 @@ def _finite(iv: Interval) -> bool:
 
 
 def first_order(kappa: Interval, tol: float = KAPPA_TOL) -> str:
-    """supported / contradicted / inconclusive: κ's interval against the band 1 ± tol."""
+    """agrees / departs / undecided: κ's interval against the band 1 ± tol."""
     if not _finite(kappa):
-        return "inconclusive"
+        return "undecided"
     if 1 - tol <= kappa.lo and kappa.hi <= 1 + tol:
-        return "supported"
+        return "agrees"
     if kappa.hi < 1 - tol or kappa.lo > 1 + tol:
-        return "contradicted"
-    return "inconclusive"
+        return "departs"
+    return "undecided"
 
 
 def departure(lo: float, hi: float, tol: float = PPL_TOL) -> int:
@@ -112,42 +110,91 @@ def _err(p: dict[str, Any]) -> str:
     return f"{_pct(p['fit_error'])} [{_pct(p['fit_error_lo'])}, {_pct(p['fit_error_hi'])}]"
 
 
-def a1_verdict(result: dict[str, Any]) -> dict[str, Any]:
-    """(A1)'s verdict from ``core.analysis.laws.fit_laws``: first order, curvature, reach
-    and the sentence (module docstring)."""
+def p_text(p: float) -> str:
+    """A p-value as printed: 'p < 0.001' below 0.001, else three significant digits."""
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3g}"
+
+
+def joint_words(est: dict[str, Any]) -> str:
+    """The joint test in words (est: core.analysis.first_order.joint_test's keys)."""
+    head = (
+        f"the joint test of κ = κ₂ = 1 in ln PPL/ln PPL₀ = 1 + κ·s + κ₂·s²/(1 − s) "
+        f"({est['joint_points']} points with s > 0)"
+    )
+    if est["joint_rejected"] is None:
+        return f"(A1) could not be tested: {head} has too few points or no spread"
+    stat = f"W = {est['joint_w']:.4g}, {p_text(est['joint_p'])}"
+    if est["joint_rejected"]:
+        return f"(A1) is rejected by {head}: {stat}"
+    return (
+        f"(A1) is not rejected by {head}: {stat} (it would detect, with 80% power, κ off 1 by "
+        f"±{est['detect_kappa']:.3g} or κ₂ off 1 by ±{est['detect_kappa2']:.3g})"
+    )
+
+
+def local_words(est: dict[str, Any], order: str) -> str:
+    """The local first order in words (est: core.analysis.first_order.local_first_order's)."""
+    n = est["local_points"]
+    where = f"nominal 0 < s ≤ {est['local_smax']:g}, {n} point{'' if n == 1 else 's'}"
+    kappa = Interval(est["kappa_local"], est["kappa_local_lo"], est["kappa_local_hi"])
+    if not math.isfinite(kappa.estimate):
+        return f"the local first order cannot be fitted ({where}; it needs two)"
+    band = f"1 ± {KAPPA_TOL:g}"
+    if order == "agrees":
+        return f"its local first order agrees: κ = {kappa} ({where}) lies inside {band}"
+    if order == "departs":
+        pace = "faster" if kappa.estimate > 1 else "slower"
+        return (
+            f"its local first order departs: κ = {kappa} ({where}) lies outside {band} "
+            f"(ln PPL rises {abs(kappa.estimate - 1):.0%} {pace} with s than (A1)'s "
+            "ln PPL₀·(1 + s))"
+        )
+    return f"its local first order is undecided: κ = {kappa} ({where}) straddles {band}"
+
+
+def _best_words(result: dict[str, Any], kind: str, what: str) -> str:
+    names = result["best"][kind]
+    if not names:
+        return f"{what}, no law could be scored"
     laws = result["laws"]
-    kappa, source = laws["curved"]["kappa"], "curved"
-    if not _finite(kappa):
-        kappa, source = laws["linear"]["kappa"], "linear"
-    order = first_order(kappa)
-    points = laws["a1"]["points"]
+    err = _ext(laws[names[0]][kind])
+    if len(names) == 1:
+        return f"{what}, {laws[names[0]]['formula']} predicts best (mean |error| {err})"
+    return f"{what}, {', '.join(names)} are not separated ({names[0]}: {err})"
+
+
+def a1_verdict(result: dict[str, Any], est: dict[str, Any]) -> dict[str, Any]:
+    """(A1)'s verdict: the joint test, the local first order, the reach of (A1)'s own
+    prediction and the laws that describe the curve best (module docstring). ``result``:
+    core.analysis.law_compare.fit_laws; ``est``: core.analysis.first_order's estimands."""
+    order = first_order(Interval(est["kappa_local"], est["kappa_local_lo"], est["kappa_local_hi"]))
+    points = result["laws"]["a1"]["points"]
     far = reach(points)
-    curve = curvature(points)
-    words = {
-        "supported": f"(A1) holds to first order (κ = {kappa}, within 1 ± {KAPPA_TOL:g})",
-        "contradicted": (
-            f"(A1) fails at first order: κ = {kappa} lies outside 1 ± {KAPPA_TOL:g} "
-            f"(ln PPL rises {abs(kappa.estimate - 1):.0%} "
-            f"{'faster' if kappa.estimate > 1 else 'slower'} with s than (A1)'s ln PPL₀·(1 + s))"
-        ),
-        "inconclusive": f"(A1) at first order is undecided: κ = {kappa} straddles 1 ± "
-        f"{KAPPA_TOL:g} or could not be fitted",
-    }
-    tail = _reach_words(points, far)
-    best = result.get("best")
-    if best is not None:
-        b = laws[best]
-        tail += f". Best out of sample: {b['formula']} (mean |error| extrapolating "
-        tail += f"{_ext(b['extrap'])}, leaving one s out {_ext(b['loo'])})"
+    joint = {None: "not computable", True: "rejected", False: "not rejected"}
+    laws = "; ".join(
+        [
+            _best_words(result, "loo", "leaving one s > 0 out"),
+            _best_words(result, "extrap", f"extrapolating from s ≤ {result['s_fit']:g}"),
+        ]
+    )
+    sentence = (
+        f"{joint_words(est)}; {local_words(est, order)}. "
+        f"{_cap(_reach_words(points, far))}. "
+        f"Describing the curve (not a test of (A1)): {laws}."
+    )
     return {
+        "joint": joint[est["joint_rejected"]],
         "first_order": order,
-        **kappa.as_dict("kappa"),
-        "kappa_law": source,
-        "curvature": curve,
+        "curvature": curvature(points),
         "reach": far,
-        "best_law": best,
-        "sentence": f"{words[order]}; {tail}.",
+        "best_loo": ", ".join(result["best"]["loo"]) or None,
+        "best_extrap": ", ".join(result["best"]["extrap"]) or None,
+        "sentence": sentence,
     }
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _ext(iv: Interval) -> str:

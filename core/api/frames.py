@@ -4,8 +4,9 @@
 same columns for prunes made in memory (``PruneReport``s evaluated with ``evaluate=``), with
 the NLL of every evaluation window in ``window_nll`` when asked. ``laws`` fits the candidate
 laws of (A1) to such a frame and reads (A1)'s verdict from them exactly as a relation sweep
-does (``core.analysis.sweep_report.judge_relation``: 95% intervals resampling evaluation
-windows, paired with the dense model's, and calibration seeds, i.e. rows at the same s).
+does (``core.analysis.sweep_report.relation_on``: the joint test of (A1), the local first
+order and the candidate laws, with intervals resampling calibration seeds, i.e. rows at the
+same s, then evaluation windows, paired with the dense model's).
 """
 
 from __future__ import annotations
@@ -17,19 +18,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from core.analysis.sweep_report import judge_relation, window_nlls
+from core.analysis.laws import Means
+from core.analysis.sweep_report import point_intervals, relation_on, window_nlls
 from core.analysis.tables import runs_frame
 from core.api.pruning import PruneReport, StoreArg, open_store
 from core.errors import ConfigError
 from core.evaluation.perplexity import PerplexityResult
 from core.methods import get_method
-from core.names import T_EVAL_WINDOWS
+from core.names import T_EVAL_WINDOWS, T_LAW_POINTS, T_LAWS
 from core.store.run_store import RunRecord, RunStore
 
 WINDOW_NLL = "window_nll"  # column: the NLL of every evaluation window of the row's model
 DENSE = "dense"  # the method column of the dense model's row
-VERDICT_KEYS = ("first_order", "kappa", "kappa_lo", "kappa_hi", "kappa_law", "curvature",
-                "reach", "best_law")  # fmt: skip
+VERDICT_KEYS = ("joint", "joint_w", "joint_p", "first_order", "kappa_local", "kappa_local_lo",
+                "kappa_local_hi", "local_smax", "curvature", "reach", "best_loo",
+                "best_extrap")  # fmt: skip
 
 
 def runs(
@@ -93,9 +96,10 @@ def _reports_frame(reports: list[PruneReport], dense: PerplexityResult | None) -
 
 @dataclass(frozen=True)
 class LawFit:
-    """(A1) judged on a frame's points. ``sentence``: the verdict in words (first order and
-    reach, core.analysis.verdicts); ``verdict``: its parts (first_order, κ with its interval,
-    curvature, reach, best_law); ``laws``: one row per candidate law (parameters with 95%
+    """(A1) judged on a frame's points. ``sentence``: the verdict in words (the joint test,
+    the local first order and reach, core.analysis.verdicts); ``verdict``: its parts (the
+    joint test's W and p, the local κ with its interval, curvature, reach, the laws that
+    describe the curve best); ``laws``: one row per candidate law (parameters with 95%
     intervals, mean |error| in sample, leaving one s out and extrapolating, its verdict);
     ``points``: each law's fitted and held-out errors per s; ``ratios``: ln PPL₀/ln PPL per s
     with its interval."""
@@ -143,13 +147,14 @@ def laws(frame: pd.DataFrame, s: str = "sparsity") -> LawFit:
     base = _nll(dense[WINDOW_NLL].tolist())[0]
     if any(p.shape[1] != base.shape[0] for p in nll):
         raise ConfigError("the points and the dense row were evaluated on different windows")
-    out = judge_relation(grid, nll, base, s)
+    m = Means.from_units(grid, nll, base)
+    out = relation_on(m, s)
     return LawFit(
         out["sentence"],
         {k: out[k] for k in VERDICT_KEYS},
-        pd.DataFrame(out["laws"]),
-        pd.DataFrame(out["law_points"]),
-        pd.DataFrame(out["rows"]),
+        pd.DataFrame(out[T_LAWS]),
+        pd.DataFrame(out[T_LAW_POINTS]),
+        pd.DataFrame(point_intervals(m)),
         int(out["n_windows"]),
         min(p.shape[0] for p in nll),
     )

@@ -20,7 +20,8 @@ from core.names import RELATION_SWEEP, T_LAW_POINTS, T_LAWS, T_SWEEP
 from core.runs.comparison import RunComparison, compare_run
 from core.store.run_store import Run
 
-BASES = ("s", "s_eff")  # what a sweep's laws are fitted against: nominal or achieved s
+BASES = ("s_eff", "s")  # what a sweep's laws are fitted against: achieved (primary) or nominal s
+SUFFIX = {"s_eff": "", "s": "_nominal"}  # the metrics' key suffix per basis
 
 
 def compare_runs(
@@ -75,7 +76,7 @@ class SweepView:
     metrics: dict[str, Any] = field(repr=False)
 
 
-def sweep_view(run_id: str, *, basis: str = "s", store: StoreArg = None) -> SweepView:
+def sweep_view(run_id: str, *, basis: str = "s_eff", store: StoreArg = None) -> SweepView:
     """The Representation dimension page's view of a stored SliceGPT sweep."""
     if basis not in BASES:
         raise ConfigError(f"basis is one of {', '.join(BASES)}, got {basis!r}")
@@ -94,7 +95,7 @@ def sweep_view(run_id: str, *, basis: str = "s", store: StoreArg = None) -> Swee
         basis,
         m.get("ppl0"),
         full_width(run, sweep),
-        m.get("sentence" + ("" if basis == "s" else "_eff"), ""),
+        m.get("sentence" + SUFFIX[basis], ""),
         sweep,
         laws[laws["basis"] == basis],
         points[points["basis"] == basis],

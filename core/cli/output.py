@@ -9,8 +9,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from core.analysis.laws import PARAMS, S_FIT
-from core.analysis.verdicts import ACCURACY_RULE
+from core.analysis.laws import PARAMS
+from core.analysis.protocol import EXTRAPOLATE_FROM, PRIMARY
+from core.analysis.verdicts import ACCURACY_RULE, p_text
 from core.cli.recovery_lines import recovery_lines
 from core.cli.sweep_command import grid_lines
 from core.families import family_lines
@@ -91,7 +92,7 @@ def _iv(v: float | None, lo: float | None, hi: float | None, fmt: str = ".3f") -
 
 def law_table(rows: list[dict[str, Any]]) -> list[str]:
     """The candidate laws of (A1) (core.analysis.laws): parameters and mean |error| in
-    sample, leaving one s out and extrapolating, each with its 95% interval."""
+    sample, leaving one s > 0 out and extrapolating, each with its 95% interval."""
     out = [
         f"{'law':<8}{'parameters [95%]':<58}{'in sample':>11} {'leave-one-s-out':>25} "
         f"{'extrapolating':>25}  verdict"
@@ -107,35 +108,92 @@ def law_table(rows: list[dict[str, Any]]) -> list[str]:
             for k in ("loo", "extrap")
         ]
         fit = _iv(r["fit_error"], None, None, ".1%")
-        best = " (best)" if r.get("best") else ""
+        best = [k for k in ("loo", "extrap") if r.get(f"best_{k}")]
         out.append(
             f"{r['law']:<8}{params or '-':<58}{fit:>11} {errs[0]:>25} {errs[1]:>25}  "
-            f"{r['verdict']}{best}"
+            f"{r['verdict']}" + (f" (best {', '.join(best)})" if best else "")
         )
     return out
 
 
+def difference_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The laws' paired differences of out-of-sample error (core.analysis.law_compare)."""
+    out = []
+    for kind, what in (("loo", "leave-one-s-out"), ("extrap", "extrapolating")):
+        parts = [
+            f"{r['law']}-{r['other']} "
+            + _iv(r["difference"], r["difference_lo"], r["difference_hi"], "+.1%")
+            + (" *" if r["excludes_zero"] else "")
+            for r in rows
+            if r["kind"] == kind
+        ]
+        out.append(f"  {what}: " + "; ".join(parts))
+    return out
+
+
+def joint_line(m: dict[str, Any], sfx: str = "") -> str:
+    """The joint test of (A1) and the local first order in one line."""
+    p = m.get(f"joint_p{sfx}")
+    test = "not computable"
+    if p is not None and math.isfinite(p):
+        test = (
+            f"W = {m[f'joint_w{sfx}']:.4g}, {p_text(p)} (small-sample df "
+            f"{m[f'joint_df{sfx}']:.3g}) -> {m[f'joint{sfx}']}"
+        )
+    local = _iv(
+        m.get(f"kappa_local{sfx}"), m.get(f"kappa_local_lo{sfx}"), m.get(f"kappa_local_hi{sfx}")
+    )
+    return (
+        f"joint test of kappa = kappa2 = 1: {test}; local first order (nominal 0 < s <= "
+        f"{m.get(f'local_smax{sfx}')}, {m.get(f'local_points{sfx}')} points): kappa = {local} "
+        f"-> {m.get(f'first_order{sfx}')}"
+    )
+
+
+def kappa_range_line(rows: list[dict[str, Any]]) -> str:
+    return "kappa against fit range: " + "; ".join(
+        f"s <= {r['s_max']:g} ({r['n_points']}): {_iv(r['kappa'], r['kappa_lo'], r['kappa_hi'])}"
+        for r in rows
+    )
+
+
 def law_lines(m: dict[str, Any]) -> list[str]:
-    """A relation sweep's (A1) report: protocol, verdict sentence and the laws table."""
+    """A relation sweep's (A1) report, leading with the joint test and the local first order
+    on the achieved s_eff (the primary protocol's basis), then the laws as descriptions of the
+    curve, then the nominal-s sensitivity analysis."""
     lines = []
     p = m.get("protocol")
     if p:
+        name = p.get("name", "none")
+        head = (
+            "primary protocol"
+            if name == PRIMARY
+            else "not the primary protocol (a sensitivity analysis)"
+        )
         lines.append(
-            f"protocol: {p['n_windows']} evaluation windows of {p['eval_seqlen']} tokens; "
+            f"{head}: {p['n_windows']} evaluation windows of {p['eval_seqlen']} tokens; "
             f"calibration {p['calib_nsamples']} x {p['calib_seqlen']} tokens; "
             f"{p['n_seeds']} seed(s) per point"
         )
-    if "sentence" not in m:  # a sweep stored before the laws were scored
-        lines.append(f"fit ln PPL0/ln PPL = a(1-s) + b: a = {m['a']:.4f}, b = {m['b']:.4f}")
+    if "joint" not in m:  # a sweep stored before the primary estimands
+        lines.append(f"(A1): {m.get('sentence', '-')}  [stored before the joint test: --force]")
         return lines
-    lines.append(f"(A1) against s: {m['sentence']}")
-    lines.append(f"laws (mean |PPL_pred/PPL - 1|; extrapolating = fitted on s <= {S_FIT:g}):")
-    lines += law_table(m.get("laws", []))
+    lines.append(f"(A1) against the achieved s_eff: {joint_line(m)}")
+    lines.append(kappa_range_line(m.get("kappa_range", [])))
+    for r in m.get("points", []):
+        lines.append(
+            f"  s = {r['s']:g} (s_eff {r['s_eff']:.4g}): PPL "
+            f"{_iv(r['ppl'], r['ppl_lo'], r['ppl_hi'], '.4g')}, {r['n_seeds']} seed(s)"
+        )
+    lines.append(m["sentence"])
     lines.append(
-        f"against s_eff: first order {m.get('first_order_eff')} (kappa = "
-        f"{_iv(m.get('kappa_eff'), m.get('kappa_lo_eff'), m.get('kappa_hi_eff'))}), "
-        f"curvature {m.get('curvature_eff')}, best law {m.get('best_law_eff')}"
+        "laws, describing the curve (not tests of (A1)); mean |PPL_pred/PPL - 1|, "
+        f"extrapolating = fitted on nominal s <= {EXTRAPOLATE_FROM:g}:"
     )
+    lines += law_table(m.get("laws", []))
+    lines.append("paired differences of mean |error| (row law minus other; * excludes 0):")
+    lines += difference_lines(m.get("law_differences", []))
+    lines.append(f"sensitivity, against the nominal s: {joint_line(m, '_nominal')}")
     return lines
 
 
@@ -217,7 +275,7 @@ def summary_lines(command: str, m: dict[str, Any]) -> list[str]:
             )
         lines.append(
             "per-point tables: python -m core runs show <id> (tables 'sweep', 'laws', "
-            "'law_points') or the app"
+            "'law_points', 'law_differences', 'kappa_range') or the app"
         )
     elif command == "eval" or "tokens_per_s" in m:
         lines.append(f"perplexity: {m['ppl']:.4f}  (mean NLL {m['nll']:.4f} nats)")

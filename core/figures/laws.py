@@ -1,6 +1,7 @@
-"""Paper A's candidate laws on a sweep (core.analysis.laws): each law's fitted curve beside
-the measured perplexity, what each predicts for points it was not fitted on, and the laws
-table as the page shows it."""
+"""Paper A's (A1) on a sweep: the nesting law's κ against its fit range
+(core.analysis.first_order), each candidate law's fitted curve beside the measured perplexity
+(core.analysis.laws), what each predicts for points it was not fitted on, and the laws table
+and their paired differences as the page shows them."""
 
 from __future__ import annotations
 
@@ -11,11 +12,50 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from core.analysis.laws import BY_NAME, PARAMS, law_curve
+from core.analysis.protocol import KAPPA_TOL
 from core.figures.style import EXTRA, LOG_AXIS, color_of, empty_figure, layout
 
 LAW_COLORS = dict(zip(BY_NAME, EXTRA, strict=False))
 PARAM_LABELS = {"a": "a", "b": "b", "kappa": "κ", "kappa2": "κ₂"}
 ERROR_KINDS = {"loo": "leave-one-s-out", "extrap": "extrapolated"}
+BASIS_NAMES = {"s_eff": "achieved s_eff (primary)", "s": "nominal s (sensitivity)"}
+
+
+def kappa_range_chart(rows: pd.DataFrame, tol: float = KAPPA_TOL) -> go.Figure:
+    """κ of the nesting law fitted on nominal 0 < s ≤ s_max against s_max, with 95% error
+    bars, one series per s basis (the primary first, solid), beside (A1)'s κ = 1 and the band
+    1 ± tol the local first order is read against.
+
+    rows: the 'kappa_range' table (basis, s_max, n_points, kappa, kappa_lo, kappa_hi); ranges
+    whose κ could not be fitted (fewer than two points) are left out."""
+    shown = rows.dropna(subset=["kappa"]) if "kappa" in rows else rows.iloc[0:0]
+    if shown.empty:
+        return empty_figure("no fit range holds two points: κ cannot be fitted")
+    fig = go.Figure()
+    x_max = float(shown["s_max"].max())
+    fig.add_hrect(y0=1 - tol, y1=1 + tol, fillcolor="gray", opacity=0.12, line_width=0)
+    fig.add_hline(y=1.0, line=dict(color="gray", dash="dash"))
+    bases = [b for b in BASIS_NAMES if b in set(shown.get("basis", ["s_eff"]))]
+    for i, basis in enumerate(bases or [None]):
+        g = shown if basis is None else shown[shown["basis"] == basis]
+        g = g.sort_values("s_max")
+        fig.add_trace(
+            go.Scatter(
+                x=g["s_max"],
+                y=g["kappa"],
+                mode="lines+markers",
+                name=BASIS_NAMES.get(basis, "κ"),
+                line=dict(color=EXTRA[i], dash="solid" if i == 0 else "dot"),
+                error_y=dict(
+                    array=g["kappa_hi"] - g["kappa"], arrayminus=g["kappa"] - g["kappa_lo"], width=3
+                ),
+                customdata=g["n_points"],
+                hovertemplate="s ≤ %{x}: κ = %{y:.3f} (%{customdata} points)<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title="fit range: nominal 0 < s ≤ s_max", range=[0, x_max * 1.05])
+    fig.update_yaxes(title="κ (first-order slope; (A1): 1)")
+    return layout(fig, f"κ against fit range (band: 1 ± {tol:g})")
 
 
 def laws_chart(laws: pd.DataFrame, points: pd.DataFrame, ppl0: float) -> go.Figure:
@@ -106,6 +146,13 @@ def _iv(v: float, lo: float, hi: float, fmt: str) -> str:
     return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
 
 
+def _best(row: dict) -> str:
+    """ " (best leaving one s out, extrapolated)": the scores on which a law is separated from
+    every other (core.analysis.law_compare)."""
+    best = [ERROR_KINDS[k] for k in ERROR_KINDS if row.get(f"best_{k}")]
+    return f" (best {', '.join(best)})" if best else ""
+
+
 def law_frame(laws: pd.DataFrame) -> pd.DataFrame:
     """The laws table as text: formula, parameters with 95% intervals, mean |error| in sample,
     leaving one s out and extrapolating (with intervals), verdict, best."""
@@ -124,7 +171,29 @@ def law_frame(laws: pd.DataFrame) -> pd.DataFrame:
                 "extrapolated": _iv(
                     r["extrap_error"], r["extrap_error_lo"], r["extrap_error_hi"], ".1%"
                 ),
-                "verdict": r["verdict"] + (" (best)" if r.get("best") else ""),
+                "verdict": r["verdict"] + _best(r),
             }
         )
     return pd.DataFrame(rows)
+
+
+def difference_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """The laws' paired differences of out-of-sample error as text: score, the two laws,
+    E_law − E_other with its 95% interval, and whether it excludes 0.
+
+    rows: the 'law_differences' rows of one basis (kind, law, other, difference[_lo, _hi],
+    excludes_zero)."""
+    return pd.DataFrame(
+        [
+            {
+                "score": ERROR_KINDS.get(r["kind"], r["kind"]),
+                "law − other": f"{r['law']} − {r['other']}",
+                "difference [95%]": _iv(
+                    r["difference"], r["difference_lo"], r["difference_hi"], "+.1%"
+                ),
+                "excludes 0": "yes" if r["excludes_zero"] else "no",
+            }
+            for r in rows.to_dict("records")
+        ],
+        columns=["score", "law − other", "difference [95%]", "excludes 0"],
+    )

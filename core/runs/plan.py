@@ -272,10 +272,13 @@ def plan_relation_sweep(
     zeroshot: ZeroShotConfig | None = None,
     seeds: tuple[int, ...] = (),
     measure: str = FULL,
+    protocol: str | None = None,
 ) -> RunConfig:
     """A SliceGPT sweep over the grid; every point is validated. ``seeds``: calibration seeds,
     one slice run per (s, seed) so the intervals resample the calibration draw too (empty:
-    the calibration config's own seed, and the run id of a sweep without seeds)."""
+    the calibration config's own seed, and the run id of a sweep without seeds).
+    ``protocol``: the named protocol its values were fixed by (core.settings.protocol_fields;
+    it enters the sweep's id, never its points')."""
     grid = tuple(sorted({float(s) for s in sparsities}))
     if not grid:
         raise ConfigError("the sweep needs at least one sparsity")
@@ -288,6 +291,8 @@ def plan_relation_sweep(
         extra += (("seeds", tuple(seeds)),)
     if zeroshot is not None:
         extra += (("zeroshot", zeroshot_dict(zeroshot)),)
+    if protocol is not None:
+        extra += (("protocol", protocol),)
     model = resolve_model_spec(model)
     cfg = RunConfig(RELATION_SWEEP, model, eval_cfg, calib, base, extra=extra, measure=measure)
     check_run(cfg)

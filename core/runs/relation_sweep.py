@@ -1,7 +1,9 @@
 """The 'sweep' run kind: SliceGPT over a grid of s (each point a stored 'slice' run) and
-Paper A's relations: (A1) ln PPL₀/ln PPL = 1 − s for perplexity always, judged by what its
-candidate laws predict out of sample (core.analysis.laws, core.analysis.verdicts); (A2) for
-accuracy per task and averaged when tasks were asked."""
+Paper A's relations: (A1) ln PPL₀/ln PPL = 1 − s for perplexity always, by the primary
+protocol's estimands (core.analysis.sweep_report: the joint test, the local first order, κ
+against fit range, the laws compared out of sample) on the achieved s_eff (the headline
+metrics) and on the nominal s (a sensitivity analysis: the same keys ending in
+``_nominal``); (A2) for accuracy per task and averaged when tasks were asked."""
 
 from __future__ import annotations
 
@@ -13,21 +15,37 @@ from core.analysis.relation import accuracy_relation, predicted_ppl, relation_fi
 from core.analysis.sweep_report import SweepPoint, accuracy_report, relation_report
 from core.machine.environment import environment_record
 from core.names import DEFAULT_DIM as EFFDIM_COLUMN
-from core.names import T_ACCURACY, T_ACCURACY_FIT, T_LAW_POINTS, T_LAWS, T_SWEEP
+from core.names import (
+    T_ACCURACY,
+    T_ACCURACY_FIT,
+    T_KAPPA_RANGE,
+    T_LAW_DIFFERENCES,
+    T_LAW_POINTS,
+    T_LAWS,
+    T_SWEEP,
+)
 from core.progress import ProgressFn, report
 from core.runs.common import RunOptions
 from core.runs.plan import relation_sweep_points
 from core.runs.slice import execute_slice
 from core.runs.store_access import cached_result, result, tee
 from core.settings.config import RunConfig, zeroshot_from
+from core.settings.protocol_fields import NO_PROTOCOL
 from core.store.run_store import RunStore
 
 ACC_FIT_KEYS = ("kappa", "intercept", "r2", "kappa_chance", "r2_chance")
-# (A1)'s report per s basis (core.analysis.verdicts.a1_verdict, the line law's a and b)
+# (A1)'s report per s basis (core.analysis.sweep_report.relation_on): the joint test, the
+# local first order, the nesting law's κ and κ₂, the line law's a and b, the verdict words
+# and sentence, and the lists (κ against fit range, the laws, their paired differences).
 INTERVAL_KEYS = (
-    "a", "a_lo", "a_hi", "b", "b_lo", "b_hi", "kappa", "kappa_lo", "kappa_hi", "kappa_law",
-    "first_order", "curvature", "reach", "best_law", "sentence",
+    "basis", "joint", "joint_w", "joint_p", "joint_rejected", "joint_df", "joint_widening",
+    "joint_points", "detect_kappa", "detect_kappa2", "kappa_local", "kappa_local_lo",
+    "kappa_local_hi", "local_smax", "local_points", "first_order", "kappa", "kappa_lo",
+    "kappa_hi", "kappa2", "kappa2_lo", "kappa2_hi", "a", "a_lo", "a_hi", "b", "b_lo", "b_hi",
+    "curvature", "reach", "best_loo", "best_extrap", "sentence", "kappa_range", "laws",
+    "law_differences",
 )  # fmt: skip
+NOMINAL = "_nominal"  # the suffix of the nominal-s sensitivity analysis's keys
 
 
 def _mean_ppl(runs: list[dict[str, Any]]) -> float:
@@ -100,27 +118,25 @@ def execute_relation_sweep(
             SweepPoint(s, runs[0]["metrics"]["s_eff"], tuple(r["run_id"] for r in runs))
             for s, runs in points
         ]
-        intervals = relation_report(store, spans, first["dense_run"])
-        nominal, effective = intervals["nominal"], intervals["effective"]
+        rep = relation_report(store, spans, first["dense_run"])
+        primary = rep["primary"]
         rows = [
             _sweep_row(s, runs, ppl0, frow, irow)
-            for (s, runs), frow, irow in zip(points, fit["rows"], nominal["rows"], strict=True)
+            for (s, runs), frow, irow in zip(points, fit["rows"], rep["points"], strict=True)
         ]
         writer.write_table(T_SWEEP, rows)
-        writer.write_table(T_LAWS, nominal["laws"] + effective["laws"])
-        writer.write_table(T_LAW_POINTS, nominal["law_points"] + effective["law_points"])
+        tables, relation = relation_record(rep)
+        for name, table in tables.items():
+            writer.write_table(name, table)
         metrics = {
             "ppl0": ppl0,
             "d": d,
-            **{k: nominal[k] for k in INTERVAL_KEYS},
+            **relation,
             "r2": fit["r2"],
-            **{f"{k}_eff": effective[k] for k in INTERVAL_KEYS},
-            "laws": nominal["laws"],
-            "laws_eff": effective["laws"],
-            "protocol": protocol(cfg, intervals["n_seeds"], nominal["n_windows"]),
+            "protocol": protocol(cfg, rep["n_seeds"], primary["n_windows"]),
             "n_points": len(rows),
-            "n_seeds": intervals["n_seeds"],
-            "n_windows": nominal["n_windows"],
+            "n_seeds": rep["n_seeds"],
+            "n_windows": primary["n_windows"],
             "params_dense": first["n_params_dense"],
             "data": first["data"],
         }
@@ -138,11 +154,31 @@ def execute_relation_sweep(
     return result(cfg, metrics)
 
 
+def relation_record(rep: dict[str, Any]) -> tuple[dict[str, list], dict[str, Any]]:
+    """(tables, metrics) a sweep stores of core.analysis.sweep_report's report: the laws,
+    their points and paired differences and κ against fit range of both s bases, and the
+    metrics of the primary basis (s_eff) beside the nominal one's (``NOMINAL`` suffix)."""
+    primary, nominal = rep["primary"], rep["nominal"]
+    tables = {
+        name: primary[name] + nominal[name]
+        for name in (T_LAWS, T_LAW_POINTS, T_KAPPA_RANGE, T_LAW_DIFFERENCES)
+    }
+    metrics = {
+        **{k: primary[k] for k in INTERVAL_KEYS},
+        **{f"{k}{NOMINAL}": nominal[k] for k in INTERVAL_KEYS},
+        "points": rep["points"],
+    }
+    return tables, metrics
+
+
 def protocol(cfg: RunConfig, n_seeds: int, n_windows: int) -> dict[str, Any]:
     """The protocol the relation was measured under, printed beside it: κ moves with the
-    evaluation window and the calibration size, so a verdict is a verdict on this protocol."""
+    evaluation window and the calibration size, so a verdict is a verdict on this protocol;
+    only ``name`` = primary (core.analysis.protocol) is the headline, any other protocol is a
+    sensitivity analysis."""
     calib = cfg.calib
     return {
+        "name": cfg.extra_value("protocol") or NO_PROTOCOL,
         "eval_seqlen": cfg.eval.seqlen,
         "n_windows": n_windows,
         "calib_nsamples": None if calib is None else calib.nsamples,

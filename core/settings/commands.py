@@ -28,6 +28,7 @@ from core.names import (
 )
 from core.settings.calib_fields import CALIB, SLICEGPT_CALIB
 from core.settings.field import CHOICE, FLAG, FLOAT, INT, LIST, MULTI, TEXT, Field
+from core.settings.protocol_fields import PROTOCOL
 from core.settings.recovery import RECOVER_CALIB, RECOVER_FIELDS
 from core.settings.sweep_axes import SWEEP_CALIB, SWEEP_GRID, method_list, sweep_reference
 
@@ -270,6 +271,7 @@ SLICE = _group(
 SWEEP = _group(
     "sweep",
     *SWEEP_GRID,
+    PROTOCOL,
     _TARGETS,
     dataclasses.replace(
         _OPTION,

@@ -40,6 +40,7 @@ from core.settings.config import (
 from core.settings.field import FLOAT, INT, LIST, MULTI, Field, method_list
 from core.settings.method_options import typed_options, typed_pairs
 from core.settings.outputs import FOLDER, check_output
+from core.settings.protocol_fields import NO_PROTOCOL, UNSET_UNDER_PROTOCOL, primary_values
 from core.store.run_store import RunStore
 from core.sweeps.grid import GridSpec
 
@@ -182,6 +183,11 @@ def grid_spec(given: Mapping[str, Any]) -> GridSpec:
     line means is the CLI's choice (core.cli.sweep_command.sweep_kind); pages call the one
     they draw."""
     v = values_of("sweep", given)
+    if v["protocol"] != NO_PROTOCOL:
+        raise ConfigError(
+            f"--protocol {v['protocol']} is Paper A's relation sweep: --method slicegpt alone, "
+            "without grid-only flags"
+        )
     shared, own = split_options(v["option"])
     unknown = sorted({m for m, _ in own} - set(method_list(v["method"])))
     if unknown:
@@ -213,9 +219,42 @@ def _plan_zeroshot(v: Mapping[str, Any], store: RunStore | None) -> RunConfig:
     return plan_zeroshot(model, zeroshot_config(v, v["batch_size"]), store, v["run"])[0]
 
 
+def _same(name: str, a: Any, b: Any) -> bool:
+    if name == "sparsities":
+        return sorted(parse_grid(a)) == sorted(parse_grid(b))
+    if name == "seeds":
+        return parse_seeds(a) == parse_seeds(b)
+    return a == b
+
+
+def with_protocol(v: Mapping[str, Any]) -> dict[str, Any]:
+    """The sweep's values with the fields its ``protocol`` fixes
+    (core.settings.protocol_fields); a field given another value than its default and the
+    protocol's, or zero-shot tasks or method options, is an error (the points would not be
+    the protocol's slice runs)."""
+    out = dict(v)
+    if (v.get("protocol") or NO_PROTOCOL) == NO_PROTOCOL:
+        return out
+    base, fixed = defaults("sweep"), primary_values(v["model"])
+    clash = [
+        f"--{k.replace('_', '-')} {v[k]}"
+        for k, value in fixed.items()
+        if not (_same(k, v[k], base[k]) or _same(k, v[k], value))
+    ]
+    clash += [f"--{k}" for k in UNSET_UNDER_PROTOCOL if v[k] not in (None, "", (), [])]
+    if clash:
+        raise ConfigError(
+            f"--protocol {v['protocol']} fixes these itself (core.analysis.protocol): drop "
+            + ", ".join(clash)
+        )
+    out.update(fixed)
+    return out
+
+
 def _plan_relation_sweep(v: Mapping[str, Any]) -> RunConfig:
     if method_list(v["method"]) != ["slicegpt"]:
         raise ConfigError("sweep --method supports slicegpt (the representation-dimension sweep)")
+    v = with_protocol(v)
     grid = parse_grid(v["sparsities"])
     return plan_relation_sweep(
         model_spec(v),
@@ -226,6 +265,7 @@ def _plan_relation_sweep(v: Mapping[str, Any]) -> RunConfig:
         zeroshot_config(v),
         parse_seeds(v["seeds"]),
         v["measure"],
+        None if v["protocol"] == NO_PROTOCOL else v["protocol"],
     )
 
 
