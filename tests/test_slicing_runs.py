@@ -6,7 +6,8 @@ import json
 import pytest
 
 from core.analysis import protocol
-from core.analysis.verdicts import FIRST_ORDER
+from core.analysis.uncertainty import Interval
+from core.analysis.verdicts import FIRST_ORDER, first_order
 from core.cli.main import build_parser, field_values, main
 from core.errors import ConfigError
 from core.runs import effdim_report, run_prune, run_relation_sweep, run_slice
@@ -121,6 +122,25 @@ def test_sweep_over_seeds_has_intervals_and_a_verdict(store):
         MODEL, PruneConfig("slicegpt", 0.25), dataclasses.replace(CALIB, seed=1), EVAL, store
     )
     assert one["cached"] and one["run_id"] in table["run_ids"].iloc[1]
+
+
+def test_a_sweep_states_the_verdict_its_own_intervals_give(store):
+    """A random tiny model predicts near uniformly, so slicing hardly moves its perplexity:
+    κ ≈ 0, far from (A1)'s 1. Sliced at s ≤ 0.15 (round_to=1: every point its own d′) the
+    sweep must store what its intervals give — (A1) rejected, the first order departing —
+    not a default, on both bases."""
+    grid = (0.05, 0.1, 0.15, 0.5)
+    res = run_relation_sweep(
+        MODEL, grid, CALIB, EVAL, store, options=(("round_to", 1),), seeds=(0, 1)
+    )
+    m = res["metrics"]
+    for sfx in ("", "_nominal"):
+        kappa = Interval(
+            m["kappa_local" + sfx], m["kappa_local_lo" + sfx], m["kappa_local_hi" + sfx]
+        )
+        assert kappa.hi < 0.9 and m["local_points" + sfx] == 3
+        assert m["first_order" + sfx] == first_order(kappa) == "departs"
+        assert m["joint" + sfx] == "rejected" and m["joint_p" + sfx] < 0.05
 
 
 # The CLI line every point of the primary protocol's background sweeps was run with.
