@@ -24,7 +24,7 @@ from core.runs import (
     plan_slice,
     plan_zeroshot,
 )
-from core.runs.plan import parent_of_recovery, plan_recover
+from core.runs.recovery_parent import parent_of_recovery, plan_recover
 from core.settings.commands import command_fields, defaults, sweep_reference
 from core.settings.config import (
     CalibConfig,
@@ -38,6 +38,7 @@ from core.settings.config import (
 )
 from core.settings.field import FLOAT, INT, LIST, MULTI, Field, method_list
 from core.settings.method_options import typed_options, typed_pairs
+from core.settings.patterns import parse_budget
 from core.store.run_store import RunStore
 from core.sweeps.grid import GridSpec
 
@@ -156,6 +157,7 @@ def prune_config(v: Mapping[str, Any]) -> PruneConfig:
         v["owl_m"],
         typed_options(v["method"], v["option"]),  # planning builds the method with it
         v["calib_dtype"],
+        parse_budget(v["budget"]),
     )
 
 
@@ -267,7 +269,9 @@ def plan_request(
         return plan_prune(*parts, zeroshot_config(v), v["measure"])
     if command == "slice":
         options = typed_options("slicegpt", v["option"])  # planning builds the method with it
-        prune = PruneConfig("slicegpt", v["sparsity"], options=options)
+        prune = PruneConfig(
+            "slicegpt", v["sparsity"], options=options, budget=parse_budget(v["budget"])
+        )
         parts = (model_spec(v), prune, calib_config(v), eval_config(v))
         return plan_slice(*parts, zeroshot_config(v), v["measure"])
     if command == RELATION_SWEEP:  # the sweep command's fields, planned as the relation sweep
