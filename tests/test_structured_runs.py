@@ -126,3 +126,20 @@ def test_slicegpt_takes_the_budget_as_its_width(store) -> None:
     # d = 64 in steps of 8: d′ = 40 removes 0.263 of the decoder (its shortcuts included),
     # the nearest of the widths to 0.25
     assert cfg.prune.budget == 0.25 and cfg.prune.sparsity == pytest.approx(0.375)
+
+
+def test_a_grid_of_budgets_matches_every_method_on_parameters() -> None:
+    """``sweep --grid --budgets``: one point per method, budget and seed, each config asking
+    the budget and holding the method's knob; a method without a budget is refused by name."""
+    from core.settings.request import grid_spec
+    from core.sweeps.grid import resolve_grid
+
+    base = {"model": "tiny-llama", "device": "cpu", "calib": "pydoc", "eval": "pydoc"}
+    spec = grid_spec({**base, "method": "shortgpt,slicegpt", "budgets": "0.25,0.5", "seeds": "0,1"})
+    points = [c for c in resolve_grid(spec) if c.prune is not None]
+    assert len(points) == 2 * 2 * 2
+    knobs = {(c.prune.method, c.prune.budget): c.prune.sparsity for c in points}
+    assert knobs[("shortgpt", 0.25)] == 0.25 and knobs[("shortgpt", 0.5)] == 0.5
+    assert knobs[("slicegpt", 0.25)] == pytest.approx(0.375)  # d′ = 40 of 64
+    with pytest.raises(ConfigError, match=r"method=wanda budget=0\.25"):
+        resolve_grid(grid_spec({**base, "method": "wanda", "budgets": "0.25"}))

@@ -82,13 +82,11 @@ def values_of(command: str, given: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def parse_grid(text: str) -> tuple[float, ...]:
+def parse_grid(text: str, flag: str = "--sparsities") -> tuple[float, ...]:
     try:
         return tuple(float(x) for x in str(text).split(",") if x.strip())
     except ValueError as exc:
-        raise ConfigError(
-            f"--sparsities expects numbers separated by commas, got {text!r}"
-        ) from exc
+        raise ConfigError(f"{flag} expects numbers separated by commas, got {text!r}") from exc
 
 
 def parse_seeds(text: str | None) -> tuple[int, ...]:
@@ -200,6 +198,7 @@ def grid_spec(given: Mapping[str, Any]) -> GridSpec:
         zeroshot_config(v),
         own,
         v["measure"],
+        parse_grid(v["budgets"], "--budgets"),
     )
 
 
