@@ -46,4 +46,7 @@ def width_for_budget(
     # widest first: a tie keeps the wider model
     width = min(reversed(widths), key=lambda w: abs(removed_at(counts, w, slice_head) - budget))
     removed = removed_at(counts, width, slice_head)
-    return Knob(slicing_for_width(d, width), removed, f"d′ = {width} of {d}")
+    what = f"d′ = {width} of {d}"
+    if width == widths[0] and removed < budget:  # as far as slicing goes
+        what += " (the narrowest: one head wide)"
+    return Knob(slicing_for_width(d, width), removed, what)
