@@ -13,6 +13,7 @@ from test_predictors import synthetic_runs
 
 from core.analysis.predictors import YES
 from core.names import DEFAULT_DIM, PARAMS_REMOVED, SLICE, STRUCTURED, T_EVAL_WINDOWS
+from core.runs import run_prune
 from core.settings.config import CalibConfig, DataSpec, EvalConfig, PruneConfig, RunConfig
 from core.store.run_store import RunStore
 
@@ -66,10 +67,20 @@ def test_matched_budget_view_draws_each_method_and_the_verdict(store) -> None:
     )
 
 
-def test_prune_form_offers_the_structured_methods(store_root) -> None:
+def test_prune_page_offers_the_structured_methods_and_shows_their_runs(store) -> None:
+    """The form's methods come from the registry; a stored FLAP run shows what it removed."""
+    res = run_prune(
+        TINY,
+        PruneConfig("flap", budget=0.25),
+        CalibConfig(DataSpec("pydoc", "train"), 4, 64),
+        EvalConfig(DataSpec("pydoc"), 64, 4, 4),
+        store,
+    )
     at = open_page("prune", timeout=TIMEOUT)
-    offered = at.selectbox(key="method").options
-    assert {"shortgpt", "flap", "wanda-sp"} <= set(offered)
-    at.selectbox(key="method").set_value("flap")
+    assert {"shortgpt", "flap", "wanda-sp"} <= set(at.selectbox(key="method").options)
+    at.selectbox(key="result_run").set_value(res["run_id"])
     at.run()
-    assert not at.exception
+    assert not at.exception and not at.error, texts(at.error)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["decoder parameters removed"] == f"{res['metrics'][PARAMS_REMOVED]:.1%}"
+    assert len(at.dataframe[0].value) == 4  # one row per layer of tiny-llama
