@@ -113,6 +113,7 @@ def test_cli_budget_and_its_refusals(store_root, tiny_flags, capsys) -> None:
         ({"method": "flap", "targets": "attention"}, "use targets 'all'"),
         ({"method": "flap", "allocation": "owl"}, "allocation 'uniform'"),
         ({"method": "flap", "budget": "params=0.95"}, "keep every layer"),
+        ({"method": "flap", "sparsity": 0.95}, "keep every layer"),
     ]
     for given, message in refusals:
         with pytest.raises(ConfigError, match=message):

@@ -34,7 +34,7 @@ from core.names import (
     ZEROSHOT,
     family_roles,
 )
-from core.runs.knob import with_budget
+from core.runs.knob import decoder_counts, with_budget
 from core.runs.resolved import Resolved, keep, recall
 from core.runs.resources import resolve_model_spec
 from core.settings.config import (
@@ -162,7 +162,7 @@ def check_run(
         for s in cfg.extra_value("sparsities") or (cfg.prune.sparsity,):
             check_slicing(geo, s, method.options.round_to)
     elif cfg.kind == STRUCTURED:
-        method.check_knob(geo, cfg.prune.sparsity)
+        method.check_knob(decoder_counts(cfg.model), cfg.prune.sparsity)
     return keep(Resolved(cfg, geo, roles, method))
 
 

@@ -18,7 +18,9 @@ WIFV, structure AL-AM).
    the reference's ``compression_weight``).
 3. **Baseline bias compensation.** What the removed channels contributed on average,
    W[:, removed] · mean(x[removed]), is added to the writer's bias, so on the calibration
-   tokens the block's mean output is unchanged.
+   tokens the block's mean output is unchanged. With post-block norms (Gemma-3) that is the
+   mean of o_proj's / down_proj's output; the norm after it rescales each token, so the
+   residual's mean is kept only approximately.
 
 Deliberate differences from the reference: the variance is the Bessel-corrected one over all
 calibration tokens (the reference's running update counts sequences, not tokens, and skips
@@ -107,7 +109,10 @@ def compensation(W: torch.Tensor, mean: torch.Tensor, keep: torch.Tensor) -> tor
 
 def flap_target(counts: DecoderCounts, fraction: float, bias: bool) -> int:
     """Structure parameters to remove so that the decoder ends ``fraction`` smaller: the
-    fraction of its parameters, plus the biases compensation adds to every layer."""
+    fraction of its parameters, plus the biases compensation adds to every layer (none at 0:
+    nothing is removed)."""
+    if fraction <= 0:
+        return 0
     return round(fraction * counts.decoder) + (counts.n_layers * counts.writer_bias if bias else 0)
 
 
@@ -171,11 +176,15 @@ class FLAP(StructuredMethod):
     def budget_knob(self, counts: DecoderCounts, budget: float) -> Knob:
         return flap_knob(counts, budget, self.options.bias)
 
+    def check_knob(self, counts: DecoderCounts, sparsity: float) -> None:
+        if sparsity > 0:  # nothing to reach at 0
+            flap_knob(counts, sparsity, self.options.bias)
+
     def shrink(
         self, adapter: ModelAdapter, calib: torch.Tensor, plan: ApplyPlan
     ) -> tuple[list[dict[str, Any]], list[int], str]:
         counts = measure_counts(adapter)
-        flap_knob(counts, plan.sparsity, self.options.bias)  # the budget is reachable
+        self.check_knob(counts, plan.sparsity)
         moments = writer_walk(
             adapter, calib, plan.device, self.options.batch_size, None, plan.on_progress
         )

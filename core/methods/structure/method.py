@@ -70,9 +70,10 @@ class StructuredMethod(Method):
     calib_passes = 1.0
     adds_bias: ClassVar[bool] = False  # gives the residual writers biases (FLAP)
 
-    def check_knob(self, geometry: Any, sparsity: float) -> None:
-        """ConfigError for a knob value the model's geometry cannot take (planning calls it
-        before any weight loads); nothing by default."""
+    def check_knob(self, counts: Any, sparsity: float) -> None:
+        """ConfigError for a knob value the model cannot take, from its decoder's parameter
+        counts (``DecoderCounts``; planning calls it before any weight loads); nothing by
+        default."""
 
     def shrink(
         self, adapter: ModelAdapter, calib: torch.Tensor, plan: ApplyPlan

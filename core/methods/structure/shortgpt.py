@@ -85,8 +85,8 @@ class ShortGPT(StructuredMethod):
     def budget_knob(self, counts: DecoderCounts, budget: float) -> Knob:
         return shortgpt_knob(counts, budget)
 
-    def check_knob(self, geometry: Any, sparsity: float) -> None:
-        layers_to_remove(sparsity, geometry.n_layers)
+    def check_knob(self, counts: DecoderCounts, sparsity: float) -> None:
+        layers_to_remove(sparsity, counts.n_layers)
 
     def shrink(
         self, adapter: ModelAdapter, calib: torch.Tensor, plan: ApplyPlan
