@@ -2,19 +2,24 @@
 
 "Populate every page" on Home starts them as one job queue (core.jobs.queue), in an order
 that fills one page after another: the dense baseline, Wanda 50% (Attention masks and the
-effective-dimension chart), a SliceGPT sweep (Representation dimension), attention-GD 50%
-on W_Q/W_K (Assumption checks) with its magnitude and Wanda baselines on the same targets,
-then the comparisons (SparseGPT 50%, Wanda and SparseGPT 2:4) and zero-shot accuracy of the
-dense model on two tasks. Every piece uses the "demo" preset (core.settings.commands: 8 × 128
-calibration tokens, 4 evaluation windows of 64), so the numbers are real but noisy; the
-Prune page's presets are the ones to quote. Sized so the set's estimate (core.planning.estimate) is
-minutes on a CPU: every prune or slice run pays a fixed share (start-up, the latency
-forwards before and after, the effective dimension's eigendecompositions), so the set keeps
-few runs, small windows and a short zero-shot sample, and measures lean (no latency, no
-effective dimension of the changed model: core.settings.config.MEASURES) on every piece but Wanda
-50%, whose effective dimension the Representation dimension page plots beside the dense
-run's. No page needs the latency: the matched-budget chart's latency axis shows the runs
-that have it (its default axis, kept parameters, is measured by every run).
+effective-dimension chart), a SliceGPT sweep and ShortGPT and FLAP at a quarter of the
+decoder's parameters (Representation dimension: its sweep, and the structured methods against
+parameters removed and against the dimension), attention-GD 50% on W_Q/W_K (Assumption
+checks) with its magnitude and Wanda baselines on the same targets, then the comparisons
+(SparseGPT 50%, Wanda 2:4) and zero-shot accuracy of the dense model on two tasks. Every
+piece uses the "demo" preset (core.settings.commands: 8 × 128 calibration tokens, 4
+evaluation windows of 64), so the numbers are real but noisy; the Prune page's presets are
+the ones to quote. Sized so the set's estimate (core.planning.estimate) is minutes on a CPU:
+every prune or slice run pays a fixed share (start-up, the latency forwards before and
+after, the effective dimension's eigendecompositions), so the set keeps few runs, small
+windows and a short zero-shot sample, and measures lean (no latency, no effective dimension
+of the changed model: core.settings.config.MEASURES) on every piece but Wanda 50%, ShortGPT
+and FLAP, whose effective dimensions the Representation dimension page plots beside the
+dense run's (ShortGPT's and FLAP's are the dimension axis of the structured view; SliceGPT's
+is its d′). SparseGPT 2:4 left the set when ShortGPT and FLAP joined it, to keep the set's
+time (docs/benchmarks.md). No page needs the latency: the matched-budget chart's latency
+axis shows the runs that have it (its default axis, kept parameters, is measured by every
+run).
 
     start_demo(store, "smollm2-135m")
     status = demo_status(store)              # core.jobs.queue.QueueStatus or None
@@ -82,6 +87,14 @@ def _prune(model: str, method: str, measure: str = LEAN, **extra: Any) -> dict[s
     return {**_data(model, measure), "method": method, "sparsity": 0.5, **extra}
 
 
+STRUCTURED_BUDGET = "params=0.25"  # the structured pieces: a quarter of the decoder removed
+
+
+def _structured(model: str, method: str) -> dict[str, Any]:
+    """A structured method at the demo's parameter budget, its effective dimension measured."""
+    return {**_data(model, FULL), "method": method, "budget": STRUCTURED_BUDGET}
+
+
 def _dense(model: str) -> dict[str, Any]:
     """The evaluation the pruned runs compare with (their dense baseline has the same id)."""
     demo = PRESETS["demo"]
@@ -121,6 +134,8 @@ def demo_pieces(model: str = DEFAULT_MODEL) -> tuple[Piece, ...]:
             {**_data(model), "method": "slicegpt", "sparsities": SWEEP_GRID},
             PAGE_REPDIM,
         ),
+        Piece("shortgpt", "ShortGPT, 25% of the decoder", "prune", _structured(model, "shortgpt")),
+        Piece("flap", "FLAP, 25% of the decoder", "prune", _structured(model, "flap")),
         Piece(
             "attention-gd",
             "Attention-GD 50% on W_Q/W_K",
@@ -134,7 +149,6 @@ def demo_pieces(model: str = DEFAULT_MODEL) -> tuple[Piece, ...]:
         Piece("wanda-qk", "Wanda 50% on W_Q/W_K", "prune", _prune(model, "wanda", **qk)),
         Piece("sparsegpt", "SparseGPT 50%", "prune", _prune(model, "sparsegpt")),
         Piece("wanda-24", "Wanda 2:4", "prune", _prune(model, "wanda", pattern="2:4")),
-        Piece("sparsegpt-24", "SparseGPT 2:4", "prune", _prune(model, "sparsegpt", pattern="2:4")),
     ) + ((zeroshot,) if zeroshot_available() else ())
 
 

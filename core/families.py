@@ -21,7 +21,7 @@ _LONG = 1 << 30  # a calibration length no window covers: brings out length cond
 def method_patterns(name: str) -> list[str]:
     cls = get_method(name)
     if cls.structured:
-        return ["dimension slicing"]
+        return [cls.removes]
     return ["unstructured"] + (["N:M"] if "nm" in cls.supports_patterns else [])
 
 

@@ -18,6 +18,9 @@ METHODS: dict[str, str] = {
     "sparsegpt": "core.methods.sparsegpt",
     "slicegpt": "core.methods.slicegpt",
     "attention-gd": "core.methods.attention_gd",
+    "shortgpt": "core.methods.structure.shortgpt",
+    "flap": "core.methods.structure.flap",
+    "wanda-sp": "core.methods.structure.wanda_sp",
 }
 
 
@@ -106,9 +109,14 @@ def family_roles(targets: str, have: tuple[str, ...], family: str) -> tuple[str,
 #   (core.sweeps), no run of its own: each point is an ordinary prune/slice run. The name is
 #   the kind of the job document a background grid job receives (core.sweeps.grid.GridJob).
 EVAL, PRUNE, SLICE, RELATION_SWEEP, ZEROSHOT = "eval", "prune", "slice", "sweep", "zeroshot"
+# A structured method that removes whole decoder layers, attention heads or MLP channels
+# (ShortGPT, FLAP, structured Wanda): a smaller dense model (core.runs.structured).
+STRUCTURED = "structured"
 GRID_SWEEP = "grid-sweep"
-MODEL_KINDS = (EVAL, PRUNE, SLICE)  # kinds whose model a zeroshot run can evaluate
-PRUNED_KINDS = (PRUNE, SLICE)  # kinds that change a model and compare it with the dense one
+MODEL_KINDS = (EVAL, PRUNE, SLICE, STRUCTURED)  # kinds whose model a zeroshot run can evaluate
+# kinds that change a model and compare it with the dense one
+PRUNED_KINDS = (PRUNE, SLICE, STRUCTURED)
+SHAPED_KINDS = (SLICE, STRUCTURED)  # kinds whose model has smaller shapes (no zeros to hold)
 RECOVER = "recover"  # fine-tunes a stored prune/slice run's model, keeping its zeros
 # re-prunes a stored prune run with other calibration draws or another corpus (each draw an
 # ordinary prune run) and measures how much its keep masks agree (core.runs.sensitivity)
@@ -129,6 +137,7 @@ STAGES: dict[str, str] = {
     "effdim": "measuring the effective dimension",
     "sweep": "slicing at each s",  # the relation sweep's stage
     "slice": "slicing the model",
+    "structure": "removing layers, heads or channels",
     "zeroshot": "zero-shot tasks (lm-eval scoring)",
     "recover": "fine-tuning to recover (sparsity held)",
     "sensitivity": "re-pruning with other calibration draws",
@@ -153,6 +162,7 @@ T_EVAL_WINDOWS = "eval_windows"  # eval/prune/slice: NLL of every evaluation win
 T_RECOVERY = "recovery"  # recover: training loss and held-out perplexity every K steps
 T_AGREEMENT = "agreement"  # sensitivity: kept-set agreement per (draw, layer, linear)
 T_DRAWS = "draws"  # sensitivity: one row per calibration draw (its run, seed, corpus, ppl)
+T_STRUCTURE = "structure"  # structured: one row per dense decoder layer (what it kept)
 
 # ---- stored arrays -------------------------------------------------------------------------------
 A_METHOD = "method"  # a method's own arrays (masks)
@@ -167,3 +177,7 @@ EFFDIM_PREFIX = "effdim_"
 # layers); the cross-method relation is tested with it only.
 EFFDIM_KEY = "mean_erank_c"
 DEFAULT_DIM = EFFDIM_PREFIX + EFFDIM_KEY
+# The fraction of decoder-layer parameters a slice or structured run removed (1 − after/before,
+# embeddings and head left out): what a parameter budget (``--budget params=F``) matches.
+PARAMS_REMOVED = "params_removed"
+BUDGET_KINDS = ("params",)  # what a budget counts: ``--budget params=0.25``

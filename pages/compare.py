@@ -10,6 +10,7 @@ from core.demo import PAGE_ATTENTION
 from core.errors import PruneScopeError
 from core.evaluation.generate import Decoding
 from core.figures.compare import layer_curves, layer_frame, lens_frame, run_series, token_nll_map
+from core.names import PRUNED_KINDS
 from core.notebooks import compare_notebook
 from core.runs import comparison as cmp
 from core.store.record import RunRecord
@@ -36,7 +37,7 @@ st.caption(
 )
 
 records = [
-    r for kind in ("prune", "slice") for r in list_runs(store, kind=kind, status="done") if r.model
+    r for kind in PRUNED_KINDS for r in list_runs(store, kind=kind, status="done") if r.model
 ]
 if not records:
     offer_run(store, PAGE_ATTENTION, "No finished pruning run to compare yet.")

@@ -12,6 +12,7 @@ import streamlit as st
 from core import figures, jobs
 from core.analysis.tables import DENSE_ACC, accuracy_beside_dense
 from core.errors import PruneScopeError
+from core.names import PARAMS_REMOVED, PRUNED_KINDS, SLICE, STRUCTURED, T_STRUCTURE
 from core.planning.fit import plan_fit
 from core.settings import request as requests
 from core.settings.commands import command_fields, defaults
@@ -132,11 +133,17 @@ def headline(run: Run) -> None:
         f"{delta:+.3f}",
         delta_color="inverse",
     )
-    if run.record.kind == "slice":
+    if run.record.kind == SLICE:
         c[2].metric(
             "kept width d′",
             f"{m.get('d_sliced')} of {m.get('d')}",
             help=f"parameters: {m.get('param_ratio', float('nan')):.0%} of the dense model",
+        )
+    elif run.record.kind == STRUCTURED:
+        c[2].metric(
+            "decoder parameters removed",
+            f"{m.get(PARAMS_REMOVED, float('nan')):.1%}",
+            help=str(m.get("removed", "")),
         )
     else:
         c[2].metric(
@@ -178,11 +185,10 @@ def downloads(run: Run, table: pd.DataFrame, name: str) -> None:
             file_name=f"pruned-{run.id}.zip",
             mime="application/zip",
         )
-        loader = (
-            "core.methods.slicegpt.load_sliced"
-            if run.record.kind == "slice"
-            else "transformers' from_pretrained"
-        )
+        loader = {
+            SLICE: "core.methods.slicegpt.load_sliced",
+            STRUCTURED: "core.methods.structure.load_structured",
+        }.get(run.record.kind, "transformers' from_pretrained")
         d2.caption(f"Saved at `{saved}` (reload with {loader}).")
 
 
@@ -217,6 +223,10 @@ def draw_result(run: Run) -> None:
     if "layers" in tables:
         layer_charts(run.table("layers"))
         downloads(run, run.table("layers"), "layer")
+    elif T_STRUCTURE in tables:  # what every dense layer kept (structured methods)
+        st.markdown(f"**What each layer kept** ({run.metrics.get('removed', '')})")
+        st.dataframe(run.table(T_STRUCTURE), hide_index=True, key="structure")
+        downloads(run, run.table(T_STRUCTURE), "structure")
     elif "boundaries" in tables:  # SliceGPT: the PCA cut at every residual boundary
         st.markdown("**Residual boundaries** (PCA energy kept by the first d′ directions)")
         st.dataframe(run.table("boundaries"), hide_index=True, key="boundaries")
@@ -246,7 +256,7 @@ except PruneScopeError as exc:
     show_error(exc)
 show_job(store, status, "result_run")
 
-finished = [r for r in list_runs(store, status="done") if r.kind in ("prune", "slice")]
+finished = [r for r in list_runs(store, status="done") if r.kind in PRUNED_KINDS]
 st.subheader("Results")
 if not finished:
     st.info("No finished pruning run yet: configure one above and press Run.")

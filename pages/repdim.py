@@ -47,6 +47,7 @@ from pages.forms import (
 )
 from pages.links import linked
 from pages.repdim_views import (
+    dimension_or_params_view,
     matched_budgets,
     relation_slider,
     show_headline,
@@ -316,9 +317,10 @@ def cached_effdim_points(version: tuple, _done: list) -> pd.DataFrame:
 
 # ---- page ----------------------------------------------------------------------------------------
 SWEEP, BUDGETS, EFFDIM = "SliceGPT sweep", "Matched budgets", "Effective dimension"
-RECOVERY = "After recovery"
+RECOVERY, DIM_OR_PARAMS = "After recovery", "Dimension or parameters"
 sweep_launcher()
-section, pane = open_section([SWEEP, BUDGETS, EFFDIM, RECOVERY], key="repdim_section")
+sections = [SWEEP, BUDGETS, DIM_OR_PARAMS, EFFDIM, RECOVERY]
+section, pane = open_section(sections, key="repdim_section")
 version = (str(store.root), *store.version())  # keys the cached tables below
 with pane, store_reads():
     if section == SWEEP:
@@ -329,6 +331,8 @@ with pane, store_reads():
             offer_run(store, PAGE_REPDIM, "No finished SliceGPT sweep in the store yet.")
     elif section == BUDGETS:
         matched_budgets(list_runs(store, status="done"), version)
+    elif section == DIM_OR_PARAMS:
+        dimension_or_params_view(store, list_runs(store, status="done"), version)
     elif section == RECOVERY:
         st.subheader("Paper A's relation before and after recovery")
         show_recovery(store)

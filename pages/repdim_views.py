@@ -1,8 +1,9 @@
 """The Representation dimension page's views (not a page): a sweep's joint test of (A1), local
 first order and κ against fit range first, then its candidate laws with their out-of-sample
 errors and paired differences, each method predicted from the others, a slider for s read
-through Paper A's relation beside the nearest measured point, the matched-budget chart, and
-the relation before and after recovery fine-tuning."""
+through Paper A's relation beside the nearest measured point, the matched-budget chart, the
+structured methods against parameters removed and against the dimension with the verdict of
+which predicts ln PPL, and the relation before and after recovery fine-tuning."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from core.analysis.after_recovery import (
 )
 from core.analysis.budget import BUDGETS
 from core.analysis.laws import PPL_TOL
+from core.analysis.predictors import RULE, dimension_or_params, sentence
 from core.analysis.protocol import EXTRAPOLATE_FROM, KAPPA_TOL, PRIMARY
+from core.analysis.tables import structured_runs
 from core.analysis.teaching import budget_points, matched_summary, slice_point
 from core.analysis.verdicts import p_text
 from core.api import sweep_view
@@ -267,6 +270,51 @@ def matched_budgets(records: list[RunRecord], version: tuple) -> None:
         "clears every other's; runs without intervals (one calibration seed) decide nothing."
         + (f" Winners: {wins}." if wins else "")
     )
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def _structured(version: tuple, _store: RunStore, _records: list[RunRecord]) -> pd.DataFrame:
+    return structured_runs(_store, _records)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _verdict(version: tuple, group: object, _runs: pd.DataFrame) -> dict[str, Any]:
+    return dimension_or_params(_runs)
+
+
+MSE_COLUMNS = {"mse_dim": "MSE, dimension", "mse_params": "MSE, parameters"}
+
+
+def dimension_or_params_view(store: RunStore, records: list[RunRecord], version: tuple) -> None:
+    """SliceGPT and the structured methods at matched budgets: ln PPL against the fraction of
+    parameters removed and against the representation dimension, one trace per method, and
+    beside it the verdict of which predicts ln PPL across methods (core.analysis.predictors)."""
+    st.subheader("Dimension or parameters, across structured methods")
+    runs = _structured(version, store, records)
+    if runs.empty:
+        st.info(
+            "No slice or structured run with an effective dimension yet: run ShortGPT, FLAP "
+            "or structured Wanda (measure full) beside SliceGPT, e.g. `python -m core sweep "
+            "--grid --method slicegpt,shortgpt,flap,wanda-sp --budgets 0.1,0.2,0.3 --seeds 0,1`."
+        )
+        return
+    sizes = runs.groupby("group")["method"].nunique().sort_values(ascending=False)
+    group = sizes.index[0]
+    if len(sizes) > 1:
+        label = {
+            g: f"{runs.loc[runs['group'] == g, 'model'].iloc[0]} · {n} methods [{str(g)[:8]}]"
+            for g, n in sizes.items()
+        }
+        group = st.selectbox("Runs compared", list(sizes.index), format_func=label.get, key="dp_g")
+    res = _verdict(version, group, runs[runs["group"] == group])
+    left, right = st.columns([3, 1])
+    chart = figures.dimension_or_params_chart(pd.DataFrame(res["points"]))
+    left.plotly_chart(chart, key="dim_or_params_chart")
+    right.metric("Does the dimension predict ln PPL better?", res["verdict"])
+    right.markdown(sentence(res))
+    methods = pd.DataFrame(res["methods"]).rename(columns=MSE_COLUMNS)
+    number_table(methods.set_index("method"), key="dim_or_params_methods", fmt="%.4g")
+    st.caption(RULE)
 
 
 def show_recovery(store: RunStore) -> None:

@@ -35,6 +35,17 @@ def test_every_piece_plans_and_the_dense_piece_is_their_baseline(store) -> None:
     assert len({c.run_id for c in configs.values()}) == len(pieces)  # no piece twice
 
 
+def test_shortgpt_and_flap_pieces_measure_the_dimension_at_a_quarter_budget(store) -> None:
+    """The structured view's pieces: their dense baseline is the set's, they ask a quarter of
+    the decoder and measure the effective dimension (the view's dimension axis)."""
+    pieces = {p.key: p for p in demo.demo_pieces("tiny-llama")}
+    dense_id = demo.piece_config(store, pieces["dense"]).run_id
+    for key in ("shortgpt", "flap"):
+        cfg = demo.piece_config(store, pieces[key])
+        assert (cfg.kind, cfg.prune.method, cfg.prune.budget) == ("structured", key, 0.25)
+        assert not cfg.lean and plan_eval(cfg.model, cfg.eval).run_id == dense_id
+
+
 def test_the_queue_carries_each_piece_resolved(store, monkeypatch) -> None:
     """The demo queue holds each piece's resolved config (what its job receives as JSON)."""
     queued = {}

@@ -189,6 +189,15 @@ def test_populate_every_page_then_every_page_has_a_chart(tmp_path, shots, record
                 assert len(counts) == 4 and len({c[2] for c in counts}) == 1, shown
                 assert sum(int(c[1]) for c in counts) == int(counts[0][2]), shown
             page.screenshot(path=str(shots / f"demo-{PAGES_SLUG[name]}.png"))
+        # the structured methods at matched budgets: SliceGPT's sweep, ShortGPT and FLAP
+        open_page(page, url, "Representation dimension", timeout_ms=120_000)
+        page.get_by_role("tab", name="Dimension or parameters").click()
+        chart = page.locator("[data-testid='stPlotlyChart']").first
+        chart.wait_for(timeout=120_000)
+        wait_charts(page, 60_000)
+        assert chart.locator(".legend .traces").count() >= 3  # one legend entry per method
+        assert page.get_by_text("Does the dimension predict ln PPL better?").is_visible()
+        page.screenshot(path=str(shots / "demo-dimension-or-params.png"))
     assert not any(
         "Traceback" in line for line in (tmp_path / "server.log").read_text().splitlines()
     )

@@ -102,7 +102,7 @@ def test_a_new_method_appears_everywhere(toy, capsys) -> None:
     with pytest.raises(SystemExit):
         main(["prune", "--help"])
     helptext = " ".join(capsys.readouterr().out.split())
-    assert f"attention-gd, {toy})" in helptext  # --method: the registered names
+    assert f"wanda-sp, {toy})" in helptext  # --method: the registered names
     assert f"{toy}: power, flip" in helptext  # --option: its keys
     argv = ["prune", *[f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]]
     args = build_parser().parse_args([*argv, "--method", toy, "--option", "power=3"])

@@ -14,7 +14,9 @@ Methods, the runner, SliceGPT and the evaluations reach a model only through the
   ``mlp_writer`` (the physical linears around each block), ``attention_block`` /
   ``mlp_block`` (callable blocks), ``layout.children`` (what a plain layer contains);
 - geometry (``shape``) and ``traits``, both read from the config alone, so run planning can
-  refuse a method for a family before any weight is loaded.
+  refuse a method for a family before any weight is loaded;
+- smaller shapes (``core.adapters.reshape``): ``drop_layers``, ``set_heads``,
+  ``write_widths``.
 
 A family subclass (core/adapters/<family>.py) declares its ``layout`` (module paths, norm kind,
 constant traits: core/adapters/layout.py) and overrides only the verbs that differ from Llama.
@@ -29,6 +31,7 @@ import torch
 from torch import nn
 
 from core.adapters.layout import LLAMA, Layout
+from core.adapters.reshape import ReshapeVerbs
 from core.adapters.roles import RowSlice
 from core.adapters.traits import Traits
 from core.errors import ModelLoadError
@@ -53,7 +56,7 @@ def _cfg(config: Any, name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-class ModelAdapter:
+class ModelAdapter(ReshapeVerbs):
     """View of one causal LM through the protocol. Build it with ``core.adapters.adapter_for``."""
 
     family: ClassVar[str] = "llama"

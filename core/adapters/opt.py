@@ -108,6 +108,18 @@ class OPTAdapter(ModelAdapter):
     def position_embeddings(self, hidden, position_ids, layer: int = 0) -> None:
         return None
 
+    def set_heads(self, layer: nn.Module, n_heads: int, n_kv_heads: int) -> None:
+        """OPT's attention reshapes by its own head count."""
+        self.attention_block(layer).num_heads = n_heads
+
+    def write_widths(self, n_heads: int, n_kv_heads: int, intermediate: int) -> bool:
+        """OPT's config derives the head width from hidden_size / heads: only a change of
+        the MLP width (ffn_dim) is expressible."""
+        if n_heads != self.n_heads:
+            return False
+        self.config.ffn_dim = intermediate
+        return True
+
     def mlp_block(self, layer: nn.Module) -> nn.Module:
         mlp = getattr(layer, "mlp", None)
         return mlp if mlp is not None else OPTMlp(layer.fc1, layer.activation_fn, layer.fc2)

@@ -225,7 +225,7 @@ def effective_relation(
     }
 
 
-def _ols(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def ols_lines(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Least squares y ≈ a·x + b along the last axis (x varies per replicate too); NaN where
     x has no spread."""
     xc = x - x.mean(axis=-1, keepdims=True)
@@ -246,7 +246,7 @@ def _method_errors(log0: float, x: np.ndarray, ratio: np.ndarray, methods: np.nd
             out = methods == m
             if (~out).sum() < 2:  # too few other runs to fit a line
                 continue
-            a, b = _ols(x[..., ~out], ratio[..., ~out])
+            a, b = ols_lines(x[..., ~out], ratio[..., ~out])
             pred = a[..., None] * x[..., out] + b[..., None]
             pred_log = np.where(pred > 0, log0 / pred, np.nan)
             line[..., out] = np.abs(np.expm1(pred_log - log_ppl[..., out]))

@@ -13,7 +13,18 @@ import pandas as pd
 
 from core.errors import StoreError
 from core.figures import is_dim_key
-from core.names import EVAL, PRUNED_KINDS, SUMMARY_COLUMNS, T_ZEROSHOT, ZEROSHOT
+from core.names import (
+    DEFAULT_DIM,
+    EVAL,
+    PARAMS_REMOVED,
+    PRUNED_KINDS,
+    SHAPED_KINDS,
+    SLICE,
+    SUMMARY_COLUMNS,
+    T_EVAL_WINDOWS,
+    T_ZEROSHOT,
+    ZEROSHOT,
+)
 from core.store.run_store import Run, RunRecord, RunStore
 
 DENSE_ACC = "dense acc"  # column of the dense model's accuracy beside a run's own
@@ -112,6 +123,58 @@ def effdim_points(store: RunStore, records: list[RunRecord] | None = None) -> pd
 
 def _num(v: Any) -> bool:
     return isinstance(v, int | float) and math.isfinite(v)
+
+
+def _dim_ratio(rec: RunRecord, dense: dict[str, Any]) -> float | None:
+    """The kept fraction of the representation dimension: d′/d for SliceGPT, the
+    pre-registered effective dimension over the dense run's for the others."""
+    m = rec.summary
+    if rec.kind == SLICE:
+        return m["d_sliced"] / m["d"] if _num(m.get("d_sliced")) and _num(m.get("d")) else None
+    own, ref = m.get(DEFAULT_DIM), dense.get(DEFAULT_DIM)
+    return own / ref if _num(own) and _num(ref) and ref > 0 else None
+
+
+def structured_runs(store: RunStore, records: list[RunRecord] | None = None) -> pd.DataFrame:
+    """Finished slice and structured runs as the rows ``core.analysis.predictors`` reads:
+    method, point (the budget asked, else the method's knob), seed (calibration),
+    params_removed, dim_ratio, nll (the evaluation windows' NLLs), group (the dense run),
+    model, run_id. A run without what the rule needs (the effective dimension: lean runs;
+    per-window NLLs; the fraction removed) is left out."""
+    records = records if records is not None else store.list(status="done")
+    summaries = {r.id: r.summary for r in records}
+    rows = []
+    for rec in records:
+        if rec.kind not in SHAPED_KINDS or rec.status != "done":
+            continue
+        group = rec.summary.get("dense_run")
+        if group not in summaries:
+            try:
+                summaries[group] = store.get(group).summary
+            except StoreError:
+                continue
+        dim = _dim_ratio(rec, summaries[group])
+        if dim is None or not _num(rec.summary.get(PARAMS_REMOVED)):
+            continue
+        run = store.load(rec.id)
+        if T_EVAL_WINDOWS not in run.tables():
+            continue
+        prune = rec.config.get("prune") or {}
+        rows.append(
+            {
+                "method": rec.method,
+                "point": prune.get("budget") or prune.get("sparsity"),
+                "seed": (rec.config.get("calib") or {}).get("seed"),
+                "params_removed": rec.summary[PARAMS_REMOVED],
+                "dim_ratio": dim,
+                "nll": run.table(T_EVAL_WINDOWS).sort_values("window")["nll"].to_numpy(float),
+                "group": group,
+                "model": rec.model,
+                "run_id": rec.id,
+            }
+        )
+    cols = ["method", "point", "seed", "params_removed", "dim_ratio", "nll", "group", "model"]
+    return pd.DataFrame(rows, columns=[*cols, "run_id"])
 
 
 def accuracy_beside_dense(store: RunStore, run: Run) -> tuple[pd.DataFrame, list[str]]:

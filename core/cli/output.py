@@ -15,6 +15,7 @@ from core.analysis.verdicts import ACCURACY_RULE, p_text
 from core.cli.recovery_lines import recovery_lines
 from core.cli.sweep_command import grid_lines
 from core.families import family_lines
+from core.names import PARAMS_REMOVED
 
 
 class TqdmProgress:
@@ -298,6 +299,9 @@ def summary_lines(command: str, m: dict[str, Any]) -> list[str]:
                     f"forward latency: {m['latency_ms']:.1f} ms "
                     f"vs {m['latency_ms_dense']:.1f} ms dense"
                 )
+        if PARAMS_REMOVED in m:  # slice and structured runs: what a parameter budget matches
+            what = f" ({m['removed']})" if m.get("removed") else ""
+            lines.append(f"decoder parameters removed: {m[PARAMS_REMOVED]:.4f}{what}")
         if "achieved_sparsity" in m:
             lines.append(
                 f"achieved sparsity: {m['achieved_sparsity']:.4f} of targeted weights "

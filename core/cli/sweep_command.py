@@ -46,7 +46,7 @@ EXECUTOR_DEFAULTS = {
     "scratch": None,
 }
 # Values of the sweep command's fields that only a grid sweep has a use for: their defaults.
-GRID_ONLY = {"patterns": "unstructured", "allocations": "uniform", "targets": "all"}
+GRID_ONLY = {"patterns": "unstructured", "allocations": "uniform", "targets": "all", "budgets": ""}
 
 
 def add_grid_args(p: argparse.ArgumentParser) -> None:

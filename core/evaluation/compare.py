@@ -165,15 +165,17 @@ def layer_divergence(
     (n_layers·P, d) × (d, V), rather than one small product per layer. ``dense_lens`` /
     ``pruned_lens``: that product already taken (``lens_of`` of the trace, e.g. in the thread
     that decoded the model); a sliced model's is taken here, in the head's basis."""
-    if len(dt.states) != len(pt.states):
-        raise ConfigError("the two models have different numbers of layers")
     n, P = len(dt.states), min(LENS_POSITIONS, dt.states[0].shape[0])
+    states, pruned_lens = aligned(pruned, pt.states, pruned_lens, n)
     same = basis is None
     basis = [None] * n if same else basis
     last = basis[-1]
     backs, lens_in = [], []  # per layer: the output in the dense basis, and in the head's
-    for hp, M in zip(pt.states, basis, strict=True):
-        if same:
+    for hp, M in zip(states, basis, strict=True):
+        if hp is None:  # a layer the pruned model no longer has
+            backs.append(None)
+            lens_in.append(None)
+        elif same:
             backs.append(hp)
             lens_in.append(hp[-P:])
         elif M is None or last is None:  # the basis is unknown: no lens, no error
@@ -186,7 +188,7 @@ def layer_divergence(
     logp = dense_lens if dense_lens is not None else lens_of(dense, dt)
     known = [i for i, x in enumerate(lens_in) if x is not None]
     if same and pruned_lens is not None:
-        logq_known = pruned_lens
+        logq_known = [pruned_lens[i] for i in known]
     else:
         logq_known = _lens(pruned, [lens_in[i] for i in known]) if known else []
     logq: list[torch.Tensor | None] = [None] * n
@@ -204,6 +206,25 @@ def layer_divergence(
         rel.append(float((back - hd).norm() / hd.norm().clamp_min(1e-30)))
         ptop.append(_top(lq))
     return LayerDivergence(kl, rel, dtop, ptop)
+
+
+def aligned(
+    pruned: LoadedModel, states: list, lens: list | None, n: int
+) -> tuple[list, list | None]:
+    """The pruned model's per-layer outputs (and lenses) placed at the dense layers they
+    came from: a structured model that dropped layers records which it kept
+    (``model.structure.kept``); the dropped ones are None. Same count otherwise."""
+    spec = getattr(pruned.model, "structure", None)
+    kept = list(spec.kept) if spec is not None else list(range(len(states)))
+    if len(kept) != len(states) or any(i >= n for i in kept):
+        raise ConfigError("the two models have different numbers of layers")
+    out: list = [None] * n
+    out_lens: list | None = None if lens is None else [None] * n
+    for j, i in enumerate(kept):
+        out[i] = states[j]
+        if out_lens is not None:
+            out_lens[i] = lens[j]
+    return out, out_lens
 
 
 def lens_of(lm: LoadedModel, tr: Trace) -> list[torch.Tensor]:

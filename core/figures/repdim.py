@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from core.figures.style import (
     ANALYTIC,
@@ -278,3 +279,52 @@ def budget_chart(points: pd.DataFrame, budget: str = "kept_params") -> go.Figure
     fig.update_yaxes(**LOG_AXIS, title="perplexity (log)")
     fig.update_xaxes(title=BUDGET_AXIS.get(budget, budget), autorange="reversed")
     return layout(fig, "Quality at matched budgets")
+
+
+DIM_OR_PARAMS_AXES = (
+    ("params_removed", "fraction of decoder parameters removed"),
+    ("dim_ratio", "kept representation dimension (d′/d; d_eff/d_eff,dense)"),
+)
+
+
+def dimension_or_params_chart(points: pd.DataFrame) -> go.Figure:
+    """ln PPL of every structured method's points against the parameters removed (left) and
+    against the kept representation dimension (right, reversed: pruning grows rightwards),
+    one trace per method, 95% error bars (core.analysis.predictors' points).
+
+    points columns: method, params_removed, dim_ratio, ln_ppl[, ln_ppl_lo, ln_ppl_hi].
+    """
+    if points.empty:
+        return empty_figure("no structured runs at matched budgets yet")
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        subplot_titles=("against parameters removed", "against the representation dimension"),
+        horizontal_spacing=0.08,
+    )
+    for i, (method, g) in enumerate(points.groupby("method", sort=True)):
+        g = g.sort_values("params_removed")
+        err = None
+        if {"ln_ppl_lo", "ln_ppl_hi"} <= set(g) and g["ln_ppl_lo"].notna().all():
+            err = dict(array=g["ln_ppl_hi"] - g["ln_ppl"], arrayminus=g["ln_ppl"] - g["ln_ppl_lo"])
+        for col, (x, _) in enumerate(DIM_OR_PARAMS_AXES, start=1):
+            fig.add_trace(
+                go.Scatter(
+                    x=g[x],
+                    y=g["ln_ppl"],
+                    error_y=err,
+                    mode="lines+markers",
+                    name=str(method),
+                    legendgroup=str(method),
+                    showlegend=col == 1,
+                    marker=dict(size=9, color=color_of(str(method), i)),
+                    line=dict(color=color_of(str(method), i)),
+                ),
+                row=1,
+                col=col,
+            )
+    for col, (_, title) in enumerate(DIM_OR_PARAMS_AXES, start=1):
+        fig.update_xaxes(title=title, row=1, col=col, autorange="reversed" if col == 2 else True)
+    fig.update_yaxes(title="ln PPL (nats)", row=1, col=1)
+    return layout(fig, "Structured methods at matched budgets: which axis lines them up?")

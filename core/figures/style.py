@@ -15,6 +15,9 @@ METHOD_COLORS = {
     "sparsegpt": "#ab63fa",
     "slicegpt": "#FFA15A",
     "attention-gd": "#19d3f3",
+    "shortgpt": "#2ca02c",
+    "flap": "#d62728",
+    "wanda-sp": "#9467bd",
 }
 PALETTE = ["#FF6692", "#B6E880", "#FF97FF", "#FECB52", "#636efa", "#EF553B"]
 # Colours no method uses, for extra series (d3's category10 without its near-duplicates).

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from core.errors import ConfigError
 from core.methods.work import LayerWork, MissingCostTerms, WorkShape
 
 
@@ -150,8 +151,9 @@ class Method:
     needs_inputs: ClassVar[frozenset[str]] = frozenset()
     supports_patterns: ClassVar[tuple[str, ...]] = ("unstructured", "nm")
     run_kind: ClassVar[str] = "prune"  # the run kind (core.runs) that applies and stores it
-    # Describes the method for listings: True when it removes whole dimensions.
+    # Describes the method for listings: True when it removes whole dimensions, and what.
     structured: ClassVar[bool] = False
+    removes: ClassVar[str] = ""
     # False when the method only zeroes weights (the pristine weights times its keep mask give
     # the pruned model back: core.runs.restore stores the mask alone); True when it changes
     # the kept weights too (SparseGPT's update), or may.
@@ -186,6 +188,15 @@ class Method:
             plan.device,
             on_progress=plan.on_progress,
             **plan.runner_kw,
+        )
+
+    def budget_knob(self, counts: Any, budget: float) -> Any:
+        """The value of this method's knob (its sparsity) that removes the fraction ``budget``
+        of the decoder's parameters, as a ``core.methods.structure.budget.Knob`` computed
+        from ``counts`` (``DecoderCounts``). Structured methods only."""
+        raise ConfigError(
+            f"{self.name} takes a sparsity, not a parameter budget: --budget is for methods "
+            "that remove whole structures (shortgpt, flap, wanda-sp, slicegpt)"
         )
 
     def refusal(self, geometry: Any, calib_seqlen: int | None = None) -> str | None:

@@ -247,7 +247,9 @@ def prune_phase_flops(cfg: RunConfig, shape: Shape, method: Method | None = None
     """Calibration passes (the method's, or OWL's extra pass to measure outliers) plus the
     method's work (products and loops): what a run's prune_seconds measures."""
     method = method_of(cfg, method)
-    passes = max(3.0 if cfg.prune.allocation == "owl" else 2.0, method.calib_passes)
+    # OWL's extra pass: at least three (the runner's two, then its own; attention-GD's three)
+    owl = cfg.prune.allocation == "owl"
+    passes = max(3.0, method.calib_passes) if owl else method.calib_passes
     forwards = calib_flops(cfg.calib, shape, passes)
     if cfg.prune.calib_dtype == BF16:
         forwards /= BF16_FORWARD_SPEEDUP

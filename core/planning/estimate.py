@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from core.errors import PruneScopeError
-from core.names import EVAL, PRUNE, RELATION_SWEEP, SLICE, ZEROSHOT
+from core.names import EVAL, PRUNED_KINDS, RELATION_SWEEP, ZEROSHOT
 from core.planning.cost import (
     Shape,
     changed_model_flops,
@@ -113,7 +113,7 @@ def estimate_seconds(
         return start + dense_flops(cfg, shape) / speed.flops_per_s
     if cfg.kind == ZEROSHOT:
         return start + zeroshot_flops(cfg.extra_value("zeroshot"), shape) / speed.flops_per_s
-    if cfg.kind in (PRUNE, SLICE):
+    if cfg.kind in PRUNED_KINDS:
         return _changed_seconds(cfg, shape, speed) + _baseline_seconds(cfg, shape, speed, store)
     if cfg.kind == RELATION_SWEEP:
         return _sweep_seconds(cfg, shape, speed, store) + _baseline_seconds(
@@ -150,7 +150,7 @@ def estimate_many(
         if speed is None and key not in speeds:
             speeds[key] = measured_speed(store, device, cfg.model.name)
         sp = speed or speeds[key]
-        if cfg.kind in (PRUNE, SLICE):
+        if cfg.kind in PRUNED_KINDS:
             total += _changed_seconds(cfg, model_shape(cfg.model), sp)
         elif cfg.kind == RELATION_SWEEP:
             total += _sweep_seconds(cfg, model_shape(cfg.model), sp, store)

@@ -34,7 +34,7 @@ import torch
 
 from core.errors import PruneScopeError
 from core.methods import get_method
-from core.names import EVAL, PRUNE, SLICE
+from core.names import EVAL, PRUNED_KINDS
 from core.planning.cost import (
     Shape,
     changed_model_flops,
@@ -170,7 +170,7 @@ def run_sample(cfg: RunConfig, wall: float, metrics: dict, inline_dense: bool) -
     """A finished run's rate and phase. ``wall``: its index row's finished − created;
     ``inline_dense``: its dense baseline ran inside that time."""
     shape = model_shape(cfg.model)
-    changing = cfg.kind in (PRUNE, SLICE)
+    changing = cfg.kind in PRUNED_KINDS
     work = changed_model_flops(cfg, shape) if changing else dense_flops(cfg, shape)
     if changing and inline_dense:
         work += dense_flops(cfg, shape)
@@ -183,7 +183,7 @@ def run_sample(cfg: RunConfig, wall: float, metrics: dict, inline_dense: bool) -
 
 
 def _samples(store: RunStore, device: str, recent: int) -> list[Sample]:
-    recs = [r for r in store.list(status="done") if r.kind in (EVAL, PRUNE, SLICE)]
+    recs = [r for r in store.list(status="done") if r.kind in (EVAL, *PRUNED_KINDS)]
     created = {r.id: r.created for r in recs}
     samples = []
     for rec in recs[:recent]:

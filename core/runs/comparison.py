@@ -40,7 +40,7 @@ from core.evaluation.generate import Decoding
 from core.evaluation.side_by_side import Side, TokenFn, sides
 from core.machine.device import resolve_device
 from core.models.load import LoadedModel
-from core.names import EVAL, PRUNE, PRUNED_KINDS, SLICE
+from core.names import EVAL, PRUNE, PRUNED_KINDS
 from core.progress import ProgressFn, report
 from core.runs.rebuild import load_saved, model_of_run
 from core.runs.resources import get_model
@@ -122,7 +122,7 @@ def how_built(run: Run) -> str:
     """How ``compare_model`` will obtain the run's model, without building it."""
     if run.record.kind == EVAL:
         return DENSE
-    if run.record.kind != SLICE and restorable(run):
+    if run.record.kind == PRUNE and restorable(run):
         return "stored"
     saved = run.metrics.get("saved_to")
     return "saved" if saved and Path(saved).is_dir() else "rebuilt"

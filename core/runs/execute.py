@@ -9,7 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from core.errors import ConfigError
-from core.names import EVAL, PRUNE, RECOVER, RELATION_SWEEP, SENSITIVITY, SLICE, ZEROSHOT
+from core.names import (
+    EVAL,
+    PRUNE,
+    RECOVER,
+    RELATION_SWEEP,
+    SENSITIVITY,
+    SLICE,
+    STRUCTURED,
+    ZEROSHOT,
+)
 from core.progress import ProgressFn
 from core.runs.common import KindRunner, RunOptions
 from core.runs.dense import execute_eval
@@ -19,6 +28,7 @@ from core.runs.recover import execute_recover
 from core.runs.relation_sweep import execute_relation_sweep
 from core.runs.sensitivity import execute_sensitivity
 from core.runs.slice import execute_slice
+from core.runs.structured import execute_structured
 from core.runs.zeroshot import execute_zeroshot
 from core.settings.config import RunConfig, zeroshot_from
 from core.store.run_store import RunStore
@@ -43,6 +53,7 @@ KINDS: dict[str, KindRunner] = {
     EVAL: _eval,
     PRUNE: execute_prune,
     SLICE: execute_slice,
+    STRUCTURED: execute_structured,
     RELATION_SWEEP: _relation_sweep,
     ZEROSHOT: _zeroshot,
     RECOVER: execute_recover,

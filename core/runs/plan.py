@@ -23,20 +23,18 @@ from core.methods.slicegpt import sliced_width
 from core.models.geometry import Geometry, model_geometry
 from core.models.load import TINY_MODELS
 from core.names import (
-    EVAL,
     F32,
     FULL,
-    LORA,
-    MASKED,
     MODEL_KINDS,
     PRUNE,
-    PRUNED_KINDS,
-    RECOVER,
     RELATION_SWEEP,
+    SHAPED_KINDS,
     SLICE,
+    STRUCTURED,
     ZEROSHOT,
     family_roles,
 )
+from core.runs.knob import decoder_counts, with_budget
 from core.runs.resolved import Resolved, keep, recall
 from core.runs.resources import resolve_model_spec
 from core.settings.config import (
@@ -44,15 +42,13 @@ from core.settings.config import (
     EvalConfig,
     ModelSpec,
     PruneConfig,
-    RecoverConfig,
     RunConfig,
     ZeroShotConfig,
     options_tuple,
-    recover_dict,
     zeroshot_dict,
 )
 from core.settings.patterns import parse_pattern
-from core.store.run_store import RunRecord, RunStore
+from core.store.run_store import RunStore
 
 
 @lru_cache(maxsize=8)
@@ -128,6 +124,8 @@ def check_stream(cfg: RunConfig, geo: Geometry) -> None:
         )
     if cfg.kind == ZEROSHOT or cfg.extra_value("zeroshot") is not None:
         raise ConfigError("zero-shot tasks score the whole model at once: run them without stream")
+    if cfg.kind == STRUCTURED:
+        raise ConfigError(f"{cfg.prune.method} runs in memory: run it without stream")
     if cfg.prune is not None and cfg.prune.method == "slicegpt" and geo.traits.norm == "layernorm":
         raise ConfigError(
             f"slicegpt cannot be streamed on a {geo.family} model (LayerNorm: the residual "
@@ -163,6 +161,8 @@ def check_run(
     elif cfg.kind in (SLICE, RELATION_SWEEP):
         for s in cfg.extra_value("sparsities") or (cfg.prune.sparsity,):
             check_slicing(geo, s, method.options.round_to)
+    elif cfg.kind == STRUCTURED:
+        method.check_knob(decoder_counts(cfg.model), cfg.prune.sparsity)
     return keep(Resolved(cfg, geo, roles, method))
 
 
@@ -180,15 +180,15 @@ def resolve_prune(prune: PruneConfig) -> tuple[PruneConfig, Method]:
     cls = get_method(prune.method)
     if prune.pattern != "unstructured" and "nm" not in cls.supports_patterns:
         raise ConfigError(f"method {cls.name} does not support N:M patterns")
-    if cls.run_kind == SLICE and prune.allocation != "uniform":
+    if cls.run_kind in SHAPED_KINDS and prune.allocation != "uniform":
+        raise ConfigError(f"{cls.name} sets every layer's shapes itself: use allocation 'uniform'")
+    if cls.run_kind in SHAPED_KINDS and prune.calib_dtype != F32:
         raise ConfigError(
-            f"{cls.name} slices every layer to the same width: use allocation 'uniform'"
+            f"{cls.name} computes its {'rotations' if cls.run_kind == SLICE else 'scores'} "
+            f"from float32 calibration forwards: use calibration precision {F32}"
         )
-    if cls.run_kind == SLICE and prune.calib_dtype != F32:
-        raise ConfigError(
-            f"{cls.name} computes its rotations from float32 calibration forwards: use "
-            f"calibration precision {F32}"
-        )
+    if cls.run_kind == STRUCTURED and prune.targets != "all":
+        raise ConfigError(f"{cls.name} chooses the structures it removes: use targets 'all'")
     method = make_method(prune.method, prune.options)
     options = options_tuple(method.options)
     return dataclasses.replace(prune, method=cls.name, options=options), method
@@ -219,6 +219,7 @@ def plan_prune(
     (core.settings.config.MEASURES) at its default."""
     model = resolve_model_spec(model, calib=calib, eval_cfg=eval_cfg)
     prune, method = resolve_prune(prune)
+    prune = with_budget(prune, method, model)  # a parameter budget: the method's knob
     cfg = _prune_run(model, prune, calib, eval_cfg, zeroshot, measure)
     check_run(cfg, method=method)
     return cfg
@@ -246,7 +247,9 @@ def prune_run_config(
 ) -> RunConfig:
     """The config of ``plan_prune`` for an already resolved ``model``, before the geometry
     checks (a sweep's grid makes them once it knows whether the config is readable)."""
-    return _prune_run(model, resolve_prune_config(prune), calib, eval_cfg, zeroshot, measure)
+    prune, method = resolve_prune(prune)
+    prune = with_budget(prune, method, model)
+    return _prune_run(model, prune, calib, eval_cfg, zeroshot, measure)
 
 
 def _prune_run(
@@ -348,53 +351,3 @@ def zeroshot_run_config(
     """The config of zero-shot accuracy of ``model`` (resolved), or of a stored run's model."""
     extra = (("source_run", source_run), ("zeroshot", zeroshot_dict(zs)))
     return RunConfig(ZEROSHOT, model, EvalConfig(), extra=extra)
-
-
-# ---- recovery: a run of its own whose model is a stored run's -----------------------------------
-def parent_of_recovery(store: RunStore, rc: RecoverConfig) -> tuple[RunRecord, RunConfig]:
-    """The stored run a recovery fine-tunes and its config, or one clear error: an unknown
-    id (StoreError), a run that is not a finished prune/slice run, a streamed run (recovery
-    trains the whole model in memory), masked fine-tuning of a sliced model."""
-    rec = store.get(rc.parent)
-    if rec.status != "done" or rec.kind not in PRUNED_KINDS:
-        raise ConfigError(
-            f"run {rec.id} is a {rec.status} {rec.kind} run; recovery fine-tunes the model of "
-            f"a finished {' or '.join(PRUNED_KINDS)} run"
-            + (" (a dense model has no pruning to recover from)" if rec.kind == EVAL else "")
-        )
-    src = RunConfig.from_dict(store.load(rec.id).config)  # a damaged folder: refused here
-    if src.model.stream is True:
-        raise ConfigError(
-            f"run {rec.id} was streamed (its model never held in memory); recovery trains the "
-            "whole model in memory: prune it again without stream to recover it"
-        )
-    if rc.method == MASKED and src.kind == SLICE:
-        raise ConfigError(
-            f"run {rec.id} is sliced: its structure is the pruning and it has no zeros to "
-            f"hold; recover it with --method {LORA}"
-        )
-    return rec, src
-
-
-def plan_recover(
-    store: RunStore,
-    rc: RecoverConfig,
-    calib: CalibConfig,
-    zeroshot: ZeroShotConfig | None = None,
-) -> RunConfig:
-    """The resolved config of recovering run ``rc.parent`` (a unique prefix is enough):
-    the parent's model, evaluation windows and pruning, ``calib`` to train on (it must be
-    another draw than the pruning's calibration), the recovery settings with the parent's
-    full id. Zero-shot settings enter only when given."""
-    rec, src = parent_of_recovery(store, rc)
-    if src.calib is not None and calib == src.calib:
-        raise ConfigError(
-            f"these are run {rec.id}'s own calibration windows (seed {calib.seed}); recovery "
-            "trains on another draw: pick another --seed"
-        )
-    check_seqlen(geometry(src.model), calib.seqlen, "training seqlen")
-    rc = dataclasses.replace(rc, parent=rec.id)
-    extra: tuple = (("recover", recover_dict(rc)),)
-    if zeroshot is not None:
-        extra += (("zeroshot", zeroshot_dict(zeroshot)),)
-    return RunConfig(RECOVER, src.model, src.eval, calib, src.prune, extra, src.measure)

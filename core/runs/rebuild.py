@@ -12,8 +12,9 @@ from core.adapters import adapter_for, resolve_roles
 from core.errors import StoreError
 from core.machine.device import resolve_dtype
 from core.methods.slicegpt import load_sliced
+from core.methods.structure import load_structured
 from core.models.load import LoadedModel, load_model
-from core.names import EVAL, SLICE
+from core.names import EVAL, SLICE, STRUCTURED
 from core.progress import ProgressFn, report
 from core.pruning.apply import apply_prune
 from core.runs.measure import weight_sparsity
@@ -28,12 +29,18 @@ def _load_sliced(src: RunConfig, folder: str, device: torch.device, dtype) -> Lo
     return LoadedModel(model, tok, adapter_for(model), src.model.name, "saved", folder)
 
 
+def _load_structured(src: RunConfig, folder: str, device: torch.device, dtype) -> LoadedModel:
+    model = load_structured(folder, device, dtype)
+    tok = AutoTokenizer.from_pretrained(folder)
+    return LoadedModel(model, tok, adapter_for(model), src.model.name, "saved", folder)
+
+
 def _load_pruned(src: RunConfig, folder: str, device: torch.device, dtype) -> LoadedModel:
     return load_model(folder, device, dtype)
 
 
 # run kind -> how its saved folder is loaded
-SAVED_LOADERS = {SLICE: _load_sliced}
+SAVED_LOADERS = {SLICE: _load_sliced, STRUCTURED: _load_structured}
 
 
 def load_saved(src: RunConfig, folder: str) -> LoadedModel:

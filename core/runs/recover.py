@@ -27,8 +27,9 @@ from core.machine.environment import environment_record
 from core.machine.gpu_memory import peak_report
 from core.machine.process_memory import peak_rss_mb
 from core.methods.slicegpt import save_sliced
+from core.methods.structure import save_structured
 from core.models.load import LoadedModel
-from core.names import PRUNE, ROLES, SLICE, T_EVAL_WINDOWS, T_RECOVERY, resolve_roles
+from core.names import PRUNE, ROLES, SLICE, STRUCTURED, T_EVAL_WINDOWS, T_RECOVERY, resolve_roles
 from core.progress import ProgressFn, report
 from core.recovery import Checkpoint, ZeroSet, finetune, pruned_linears
 from core.runs.common import RunOptions
@@ -39,8 +40,8 @@ from core.runs.measure import (
     weight_sparsity,
     writing_folder,
 )
-from core.runs.plan import parent_of_recovery
 from core.runs.rebuild import model_of_run
+from core.runs.recovery_parent import parent_of_recovery
 from core.runs.resources import get_calib_windows, get_eval_windows
 from core.runs.store_access import result, reusable, tee, writing
 from core.runs.zeroshot import pruned_zeroshot, run_zeroshot
@@ -94,11 +95,13 @@ def _sparsity(lm: LoadedModel, src: RunConfig, parent: dict[str, Any]) -> dict[s
 
 
 def _save(lm: LoadedModel, kind: str, folder: str) -> str:
-    """A sliced model through save_sliced (reload: load_sliced), any other save_pretrained."""
-    if kind != SLICE:
+    """A sliced model through save_sliced (reload: load_sliced), a structured one through
+    save_structured (reload: load_structured), any other save_pretrained."""
+    saver = {SLICE: save_sliced, STRUCTURED: save_structured}.get(kind)
+    if saver is None:
         return save_model(lm, folder)
     with writing_folder(folder) as tmp:
-        save_sliced(lm.model, tmp)
+        saver(lm.model, tmp)
         lm.tokenizer.save_pretrained(tmp)
     return str(Path(folder).expanduser())
 
@@ -164,7 +167,7 @@ def _train(src: RunConfig, cfg: RunConfig, rc: RecoverConfig, store: RunStore, p
 def execute_recover(
     cfg: RunConfig, store: RunStore, on_progress: ProgressFn | None, opts: RunOptions
 ) -> dict[str, Any]:
-    """Run a planned 'recover' config (``core.runs.plan.plan_recover``): its parent is
+    """Run a planned 'recover' config (``core.runs.recovery_parent.plan_recover``): its parent is
     checked again first, so a config naming a run that is gone stores nothing."""
     rc = recover_from(cfg.extra_value("recover"))
     parent_rec, src = parent_of_recovery(store, rc)

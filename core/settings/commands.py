@@ -147,6 +147,15 @@ _OPTION = Field(
     (),
     LIST,
 )
+_BUDGET = Field(
+    "budget",
+    "Parameter budget",
+    "params=F: remove the fraction F of the decoder's parameters, mapped to the method's own "
+    "knob (shortgpt: the nearest whole number of layers; wanda-sp: its ratio; flap: its "
+    "fraction; slicegpt: d′); replaces --sparsity. Structured methods only",
+    None,
+    TEXT,
+)
 _MEASURE = Field(
     "measure",
     "Measurements",
@@ -175,6 +184,7 @@ PRUNE = _group(
         FLOAT,
         range=(0.0, 0.99),
     ),
+    _BUDGET,
     Field(
         "pattern",
         "Pattern",
@@ -257,6 +267,7 @@ SLICE = _group(
         FLOAT,
         range=(0.0, 0.99),
     ),
+    _BUDGET,
     dataclasses.replace(
         _OPTION, help="round_to=8, damp=0.01, slice_head=false, orientation=pca|random"
     ),

@@ -27,7 +27,7 @@ from core.names import (
     WINDOW,
     resolve_roles,
 )
-from core.settings.patterns import check_sparsity, parse_pattern
+from core.settings.patterns import check_budget, check_sparsity, parse_pattern
 
 AUTO = "auto"
 STREAM_MODES = {"on": True, "off": False}  # the words of --stream / the form for True / False
@@ -129,9 +129,14 @@ class PruneConfig:
     owl_m: float = 5.0
     options: Any = ()
     calib_dtype: str = F32  # CALIB_DTYPES: the precision of the calibration forwards
+    # The fraction of decoder parameters to remove (``--budget params=F``), structured
+    # methods only: planning maps it to the method's knob, which ``sparsity`` then holds.
+    budget: float | None = None
 
     def __post_init__(self) -> None:
         check_sparsity(self.sparsity)  # the one rule of a sparsity's range
+        if self.budget is not None:
+            check_budget(self.budget)
         _check(
             self.calib_dtype in CALIB_DTYPES,
             f"calibration precision must be one of {', '.join(CALIB_DTYPES)}, "
@@ -172,8 +177,8 @@ class ZeroShotConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """A whole run: kind in {'eval', 'prune', 'slice', 'sweep', 'zeroshot', 'recover',
-    'sensitivity'} (``core.runs.execute.KINDS``);
+    """A whole run: kind in {'eval', 'prune', 'slice', 'structured', 'sweep', 'zeroshot',
+    'recover', 'sensitivity'} (``core.runs.execute.KINDS``);
     ``measure``: FULL or LEAN (see MEASURES), in the run id only when LEAN."""
 
     kind: str
@@ -202,6 +207,8 @@ class RunConfig:
             del out["calib"]["sampler"]
         if out.get("prune") and out["prune"]["calib_dtype"] == F32:
             del out["prune"]["calib_dtype"]
+        if out.get("prune") and out["prune"]["budget"] is None:
+            del out["prune"]["budget"]
         return out
 
     def canonical_json(self) -> str:

@@ -1,5 +1,6 @@
-"""Sparsity levels and N:M patterns as numbers: checked and counted without tensors, so
-configs and forms validate them without torch (``core.pruning.masks`` selects the masks)."""
+"""Sparsity levels, N:M patterns and parameter budgets as numbers: checked and counted without
+tensors, so configs and forms validate them without torch (``core.pruning.masks`` selects the
+masks; ``core.methods.structure.budget`` maps a budget to a method's knob)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numbers
 from fractions import Fraction
 
 from core.errors import ConfigError
+from core.names import BUDGET_KINDS
 
 
 def check_sparsity(sparsity: float) -> float:
@@ -45,3 +47,31 @@ def check_nm(n: int, m: int) -> None:
     """N:M keeps M-N of every M weights, so it needs 1 <= N < M."""
     if not 1 <= n < m:
         raise ConfigError(f"N:M pattern needs 1 <= N < M, got {n}:{m}")
+
+
+def check_budget(budget: float) -> float:
+    """A parameter budget's range, the one rule: a fraction of the decoder in (0, 1)."""
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real):
+        raise ConfigError(f"a parameter budget must be a number in (0, 1), got {budget!r}")
+    if not 0.0 < budget < 1.0:  # also rejects NaN
+        raise ConfigError(f"a parameter budget is a fraction in (0, 1), got {budget}")
+    return float(budget)
+
+
+def parse_budget(text: str | float | None) -> float | None:
+    """``--budget params=0.25`` (the fraction of decoder parameters to remove) -> 0.25;
+    None or empty -> None."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    if isinstance(text, numbers.Real) and not isinstance(text, bool):
+        return check_budget(text)
+    kind, eq, value = str(text).strip().partition("=")
+    try:
+        if eq and kind.strip() in BUDGET_KINDS:
+            return check_budget(float(value))
+    except ValueError:
+        pass
+    raise ConfigError(
+        f"--budget takes {'|'.join(BUDGET_KINDS)}=F, the fraction of decoder parameters to "
+        f"remove (e.g. params=0.25), got {text!r}"
+    )

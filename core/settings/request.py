@@ -24,7 +24,7 @@ from core.runs import (
     plan_slice,
     plan_zeroshot,
 )
-from core.runs.plan import parent_of_recovery, plan_recover
+from core.runs.recovery_parent import parent_of_recovery, plan_recover
 from core.runs.sensitivity import plan_sensitivity
 from core.settings.commands import command_fields, defaults, sweep_reference
 from core.settings.config import (
@@ -40,6 +40,7 @@ from core.settings.config import (
 from core.settings.field import FLOAT, INT, LIST, MULTI, Field, method_list
 from core.settings.method_options import typed_options, typed_pairs
 from core.settings.outputs import FOLDER, check_output
+from core.settings.patterns import parse_budget
 from core.settings.protocol_fields import NO_PROTOCOL, UNSET_UNDER_PROTOCOL, primary_values
 from core.store.run_store import RunStore
 from core.sweeps.grid import GridSpec
@@ -84,13 +85,11 @@ def values_of(command: str, given: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def parse_grid(text: str) -> tuple[float, ...]:
+def parse_grid(text: str, flag: str = "--sparsities") -> tuple[float, ...]:
     try:
         return tuple(float(x) for x in str(text).split(",") if x.strip())
     except ValueError as exc:
-        raise ConfigError(
-            f"--sparsities expects numbers separated by commas, got {text!r}"
-        ) from exc
+        raise ConfigError(f"{flag} expects numbers separated by commas, got {text!r}") from exc
 
 
 def parse_seeds(text: str | None) -> tuple[int, ...]:
@@ -159,6 +158,7 @@ def prune_config(v: Mapping[str, Any]) -> PruneConfig:
         v["owl_m"],
         typed_options(v["method"], v["option"]),  # planning builds the method with it
         v["calib_dtype"],
+        parse_budget(v["budget"]),
     )
 
 
@@ -206,6 +206,7 @@ def grid_spec(given: Mapping[str, Any]) -> GridSpec:
         zeroshot_config(v),
         own,
         v["measure"],
+        parse_grid(v["budgets"], "--budgets"),
     )
 
 
@@ -309,7 +310,9 @@ def plan_request(
         return plan_prune(*parts, zeroshot_config(v), v["measure"])
     if command == "slice":
         options = typed_options("slicegpt", v["option"])  # planning builds the method with it
-        prune = PruneConfig("slicegpt", v["sparsity"], options=options)
+        prune = PruneConfig(
+            "slicegpt", v["sparsity"], options=options, budget=parse_budget(v["budget"])
+        )
         parts = (model_spec(v), prune, calib_config(v), eval_config(v))
         return plan_slice(*parts, zeroshot_config(v), v["measure"])
     if command == RELATION_SWEEP:  # the sweep command's fields, planned as the relation sweep

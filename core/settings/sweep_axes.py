@@ -9,6 +9,8 @@ from typing import Any
 from core.names import PATTERNS, method_names
 from core.settings.field import MULTI, SEED_MENU, SPARSITY_MENU, Field, method_list
 
+BUDGET_MENU = tuple(round(0.05 * i, 2) for i in range(1, 15))  # the app's parameter budgets
+
 SWEEP_GRID = (
     Field(
         "method",
@@ -26,6 +28,16 @@ SWEEP_GRID = (
         "0,0.1,0.2,0.3,0.4,0.5,0.6",
         MULTI,
         SPARSITY_MENU,
+    ),
+    Field(
+        "budgets",
+        "Parameter budgets",
+        "comma list of fractions of decoder parameters to remove (structured methods and "
+        "slicegpt: each mapped to the method's own knob, as prune --budget params=F); "
+        "replaces the sparsities",
+        "",
+        MULTI,
+        BUDGET_MENU,
     ),
     Field(
         "patterns",

@@ -21,7 +21,7 @@ from core import figures
 from core.analysis.tables import runs_frame
 from core.analysis.uncertainty import Interval, ppl_intervals
 from core.errors import DamagedRunError, StoreError
-from core.names import T_EFFDIM, T_EVAL_WINDOWS, T_LAYERS
+from core.names import PARAMS_REMOVED, T_EFFDIM, T_EVAL_WINDOWS, T_LAYERS
 from core.store.record import Run
 from core.store.run_store import RunStore
 
@@ -124,6 +124,8 @@ def metric_rows(store: RunStore, run: Run) -> list[tuple[str, Any]]:
         "mean_acc",
         "dense_mean_acc",
         "d_sliced",
+        PARAMS_REMOVED,
+        "removed",
         "prune_seconds",
         "n_windows",
         "n_tokens",

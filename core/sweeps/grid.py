@@ -1,4 +1,5 @@
-"""A grid sweep's grid: methods × sparsities × patterns × allocations × calibration seeds,
+"""A grid sweep's grid: methods × sparsities (or parameter budgets) × patterns × allocations ×
+calibration seeds,
 resolved into the ordered, deduplicated ``RunConfig``s that compute it, dense baselines first
 (``resolve_grid``), and the resolved grid a background job receives as JSON (``GridJob``).
 
@@ -10,6 +11,9 @@ longer than the context) raises ``ConfigError`` naming the point. The shape chec
 
 An N:M point is one run per (method, allocation, seed) at the sparsity the pattern has,
 (M − N)/M: the grid's sparsities apply to unstructured points (N:M masks ignore them).
+With ``budgets`` (fractions of decoder parameters to remove) every point asks a budget
+instead of a sparsity, which planning maps to each method's knob (core.runs.knob): the
+structured methods and SliceGPT at matched parameters.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from core.settings.config import (
     ZeroShotConfig,
 )
 from core.settings.method_options import typed_pairs
-from core.settings.patterns import parse_pattern
+from core.settings.patterns import check_budget, parse_pattern
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,12 @@ class GridSpec:
     measure: str = (
         RunConfig.measure
     )  # every point's (core.settings.config.MEASURES; the run's default)
+    budgets: tuple[float, ...] = ()  # fractions of decoder parameters: replace sparsities
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "budgets", tuple(dict.fromkeys(self.budgets)))
+        for b in self.budgets:
+            check_budget(b)
         for axis in ("methods", "sparsities", "patterns", "allocations", "seeds"):
             values = tuple(dict.fromkeys(getattr(self, axis)))  # ordered, without repeats
             if not values:
@@ -75,11 +83,14 @@ class GridSpec:
         ):
             nm = parse_pattern(pattern) if pattern != "unstructured" else None
             grid = ((nm[1] - nm[0]) / nm[1],) if nm else self.sparsities
-            for s in grid:
+            asked = [(s, None) for s in grid] if nm or not self.budgets else []
+            asked += [(0.0, b) for b in self.budgets if not nm]
+            for s, budget in asked:
                 out.append(
                     {
                         "method": method,
                         "sparsity": s,
+                        "budget": budget,
                         "pattern": pattern,
                         "allocation": alloc,
                         "seed": seed,
@@ -89,8 +100,11 @@ class GridSpec:
 
 
 def point_label(p: dict[str, Any]) -> str:
+    asked = (
+        f"budget={p['budget']:g}" if p.get("budget") is not None else f"sparsity={p['sparsity']:g}"
+    )
     return (
-        f"method={p['method']} sparsity={p['sparsity']:g} pattern={p['pattern']} "
+        f"method={p['method']} {asked} pattern={p['pattern']} "
         f"allocation={p['allocation']} seed={p['seed']}"
     )
 
@@ -112,6 +126,7 @@ def plan_point(spec: GridSpec, model: ModelSpec, p: dict[str, Any]) -> RunConfig
         spec.targets,
         p["allocation"],
         options=point_options(spec, p["method"]),
+        budget=p.get("budget"),
     )
     calib = dataclasses.replace(spec.calib, seed=p["seed"])
     return prune_run_config(model, prune, calib, spec.eval, spec.zeroshot, spec.measure)

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from core.errors import SweepError
+from core.names import PRUNED_KINDS
 from core.settings.config import RunConfig
 from core.store.run_store import RunStore
 from core.sweeps.executors import Executor
@@ -130,7 +131,7 @@ def sweep_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
         if cfg["kind"] == "eval":
             key = (DENSE, "-", "-", 0.0)
             m = {**m, "mean_acc": dense_acc[0] if dense_acc else None}
-        elif cfg["kind"] in ("prune", "slice"):
+        elif cfg["kind"] in PRUNED_KINDS:
             p = cfg["prune"]
             key = (p["method"], p["pattern"], p["allocation"], float(p["sparsity"]))
         else:

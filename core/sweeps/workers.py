@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError, PruneScopeError, StoreError
-from core.names import EVAL, PRUNE, SLICE, ZEROSHOT
+from core.names import EVAL, PRUNE, SLICE, STRUCTURED, ZEROSHOT
 from core.progress import ProgressFn
 from core.runs import execute
 from core.settings.config import RunConfig
 from core.store.run_store import RunStore
 
-GRID_KINDS = (EVAL, PRUNE, SLICE, ZEROSHOT)  # what a grid point or its baseline can be
+GRID_KINDS = (EVAL, PRUNE, SLICE, STRUCTURED, ZEROSHOT)  # what a grid point or its baseline can be
 MAX_RETRIES = 2  # reruns of a configuration whose worker process died
 OnDone = Callable[[RunConfig, str | None], None]  # (config, error or None) per finished config
 

@@ -9,9 +9,11 @@ import torch
 
 from core.methods import register
 from core.methods.base import ApplyPlan, Method
+from core.methods.slicegpt.budget import width_for_budget
 from core.methods.slicegpt.modules import family_refusal
 from core.methods.slicegpt.options import SliceOptions, SliceReport
 from core.methods.slicegpt.procedure import slice_model
+from core.methods.structure.budget import DecoderCounts, Knob
 from core.methods.work import LayerWork, WorkShape
 from core.progress import ProgressFn
 
@@ -24,6 +26,7 @@ class SliceGPT(Method):
     options_cls = SliceOptions
     run_kind = "slice"
     structured = True
+    removes = "dimension slicing"
     needs_gram = False
     supports_patterns = ("unstructured",)
     options: SliceOptions
@@ -36,6 +39,10 @@ class SliceGPT(Method):
         products = 2 * (2.0 * shape.tokens * d * d + 9.0 * d**3)
         products += sum(2.0 * o * i * d for o, i in shape.linears.values())
         return LayerWork(products)
+
+    def budget_knob(self, counts: DecoderCounts, budget: float) -> Knob:
+        """The kept width d′ nearest the budget (``width_for_budget``), as its s."""
+        return width_for_budget(counts, budget, self.options.round_to, self.options.slice_head)
 
     def refusal(self, geometry: Any, calib_seqlen: int | None = None) -> str | None:
         """Families whose residual stream cannot be rotated (``family_refusal``)."""

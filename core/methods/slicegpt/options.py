@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from core.errors import ConfigError
+from core.names import PARAMS_REMOVED
 from core.settings.field import option
 
 ORIENTATIONS = ("pca", "random")
@@ -105,6 +106,7 @@ class SliceReport:
             "options": asdict(self.options),
             "s_eff": self.s_eff,
             "param_ratio": self.n_params_sliced / self.n_params_dense,
+            PARAMS_REMOVED: 1.0 - self.n_layer_params_sliced / self.n_layer_params_dense,
         }
 
 
