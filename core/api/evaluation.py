@@ -56,7 +56,10 @@ def compare(
     layer output's relative error (``layers``). A sliced model is compared in its own basis
     rotated back (``note`` says so)."""
     dec = Decoding(max_new_tokens, temperature, top_p, seed)
-    dense_lm, lm = loaded(dense, tokenizer), loaded(pruned, tokenizer)
+    dense_lm = loaded(dense, tokenizer)
+    # one model beside itself runs once: two decoding threads on one module would share its
+    # hooks (core.runs.comparison.compare_models skips the second side when it is the first)
+    lm = dense_lm if pruned is dense else loaded(pruned, tokenizer)
     ids = text_ids(dense_lm, text)
     with evaluating(dense), evaluating(pruned):
         basis = rotation_back(dense_lm, lm)
