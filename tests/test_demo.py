@@ -237,7 +237,7 @@ def test_sidebar_shows_the_running_set(store) -> None:
     assert progress and "Demo set 1/3" in str(progress[0].proto.text)
     assert any(b.label == "Cancel the demo set" for b in at.button)
     # Home: every piece with its time to go
-    times = next(d.value for d in at.dataframe if "still to go" in d.value.columns)
+    times = next(t.value for t in at.table if "still to go" in t.value.columns)
     assert list(times["piece"]) == ["P0", "P1", "P2"]
     assert list(times["state"]) == ["done", "running", "waiting"]
     assert times["still to go"][0] == ""  # finished; the others have no estimate here
