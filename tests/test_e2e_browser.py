@@ -151,7 +151,7 @@ def test_populate_every_page_then_every_page_has_a_chart(tmp_path, shots, record
         page.get_by_text(re.compile(r"The demo set is running \(\d+/\d+ done; ")).wait_for(
             timeout=60_000
         )
-        assert page.get_by_text("still to go").count() >= 1
+        page.get_by_text("still to go").first.wait_for(timeout=30_000)  # the pieces' table
         open_page(page, url, "Runs")  # the set's progress follows the user to any page
         sidebar.get_by_text(progress).wait_for(timeout=30_000)
         store = RunStore(root)
