@@ -25,11 +25,12 @@ run: $(STAMP)
 	$(PY) -m core prepare
 	$(PY) -m pages.serve --server.address 127.0.0.1 --server.port $(PORT)
 
-# Two workers, a test file each at a time: most tests are single-threaded Python, so one
-# process left a core idle; the browser test's demo set runs beside the rest.
+# Three workers, a test file each at a time: most tests are single-threaded Python, so one
+# process left a core idle, and the browser tests mostly wait on their server; the demo set
+# runs beside the rest.
 test: $(STAMP)
 	$(PY) -m core prepare
-	$(PY) -m pytest -m "" -q -n 2 --dist loadfile
+	$(PY) -m pytest -m "" -q -n 3 --dist loadfile
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q

@@ -7,6 +7,7 @@ the one the rule gives now; the production tally sits beside what the controls p
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -28,6 +29,7 @@ from core.methods.attention_gd.verdict_notes import power_note, tally_beside_con
 F64 = torch.float64
 
 
+@functools.cache  # each control judged once for the module's tests (deterministic: seeded)
 def measured(control: str) -> dict:
     """The control judged afresh at the production budget (not the stored table)."""
     return detection_power(PRODUCTION_STEPS, control, STARTS, PRODUCTION_OPTIMIZER)
