@@ -6,7 +6,7 @@
     python bench/attention_gd_ablation.py --smoke      (tiny-llama, pydoc, seconds)
 
 Protocol (fixed before the run; readings, comparison and rule in
-core/methods/attention_gd/ablation.py):
+core/analysis/gd_ablation.py):
 - Families: "qk s": W_Q and W_K only, at s = 0.6, 0.7, 0.8 (about 10 % of smollm2-135m's
   weights; everything else dense); "all s": every linear at s = 0.5, q/k by the reading, then
   every other linear by Wanda in a second layer-wise pass over the model whose q/k the reading
@@ -38,8 +38,8 @@ import numpy as np
 import torch
 from protocol import open_store, protocol_parser
 
+from core.analysis.gd_ablation import COMPONENTS, READINGS, RULE, ablation_rows
 from core.evaluation.perplexity import evaluate_perplexity
-from core.methods.attention_gd.ablation import COMPONENTS, READINGS, RULE, ablation_rows
 from core.pruning.apply import apply_prune
 from core.runs import get_calib_windows, get_eval_windows, get_model
 from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig

@@ -45,7 +45,7 @@ never of a dense M_T.
 
 Attribution: ``core.methods.attention_gd.attribution`` (its ``RULE``, docs/design-notes.md),
 for "gd M0=wanda" (the default's descent) and each budget relaxation's row. The default: the
-rule of ``core.methods.attention_gd.choice`` (a budget row replaces it only by beating "swap
+rule of ``core.analysis.gd_choice`` (a budget row replaces it only by beating "swap
 from wanda" held out by an interval excluding 0 at every size). Table, JSON and both rules'
 outputs: attention_gd_headroom_report.py.
 """
@@ -66,9 +66,9 @@ from core.methods.attention_gd.objective import GroupProblem, to_heads, to_linea
 from core.methods.attention_gd.relax import Budget
 from core.methods.attention_gd.saliency import obd_keep
 from core.methods.attention_gd.swaps import swap_search
+from core.methods.masks import score_mask
 from core.methods.sparsegpt import sparsegpt_prune
 from core.methods.wanda import wanda_scores
-from core.pruning.masks import score_mask
 from core.runs import get_calib_windows, get_eval_windows
 from core.settings.config import CalibConfig, DataSpec, EvalConfig
 

@@ -1,6 +1,6 @@
 """The headroom table's report: the printed table, its JSON for the pages, the attribution of
 each judged row (``core.methods.attention_gd.attribution``) and the default's choice
-(``core.methods.attention_gd.choice``). The protocol: attention_gd_headroom.py."""
+(``core.analysis.gd_choice``). The protocol: attention_gd_headroom.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from core.analysis.gd_choice import COMPARATOR, choose_default, held_differences
 from core.methods.attention_gd.attribution import Stages, attribute
-from core.methods.attention_gd.choice import COMPARATOR, choose_default, held_differences
 
 SPARSITY = 0.5
 TOL = 1e-5
@@ -148,4 +148,4 @@ def print_table(args, res, held, sizes, ad) -> None:
     for cand, per in diffs.items():
         cells = "  ".join(f"{n * args.seqlen}: {iv}" for n, iv in sorted(per.items()))
         print(f"  {cand:<22}{cells}")
-    print(f"default (core/methods/attention_gd/choice.py): {why}.")
+    print(f"default (core/analysis/gd_choice.py): {why}.")

@@ -54,10 +54,10 @@ from transformers import AutoModelForCausalLM
 from core.evaluation.perplexity import evaluate_perplexity
 from core.methods.slicegpt import load_sliced
 from core.models.load import byte_tokenizer
+from core.models.weights import LazyWeights
 from core.settings.config import PruneConfig
 from core.stream.pipeline import perplexity_streamed, prune_streamed
 from core.stream.synthetic import llama_config, write_random_model
-from core.stream.weights import LazyWeights
 
 METHODS = {"wanda": 0.5, "sparsegpt": 0.5, "slicegpt": 0.25}
 ROOT = Path(__file__).resolve().parents[1]

@@ -44,8 +44,8 @@ def main() -> None:
 
 
 def grid(args, name: str):
-    """The experiment's grid on one model (core.settings.request.grid_spec's fields)."""
-    from core.settings.request import grid_spec
+    """The experiment's grid on one model (core.requests.request.grid_spec's fields)."""
+    from core.requests.request import grid_spec
 
     data = {} if args.corpus == "pydoc" else {"data_dir": str(Path(args.data_dir).resolve())}
     return grid_spec(

@@ -1,4 +1,4 @@
-"""How close the forms' duration estimates (core.planning.estimate) come to real runs on this
+"""How close the forms' duration estimates (core.runs.estimate) come to real runs on this
 machine.
 
     python bench/estimate_accuracy.py [--model smollm2-135m] [--store DIR]
@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 
 from core.demo import QUEUE, demo_pieces, piece_config
-from core.planning.estimate import estimate_many, estimate_seconds
 from core.planning.speed import Speed, default_speed, measured_speed
-from core.settings import request as requests
+from core.requests import request as requests
+from core.runs.estimate import estimate_many, estimate_seconds
 from core.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@
     python bench/screenshots.py --store ~/ps --skip-runs --out /tmp/shots
 
 Fills a results store with a few runs of ``--model`` (default smollm2-135m) using the 'quick'
-preset of core.settings.commands (the app's choice on a CPU), plus a SliceGPT sweep, then serves the
+preset of core.requests.commands (the app's choice on a CPU), plus a SliceGPT sweep, then serves the
 app on that store and photographs every page in Debian's Chromium. Runs already in the store are
 reused (same config, same id). On a CPU this takes 15-25 minutes.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from appserver import PAGES, ROOT, chromium_page, fit_viewport, open_page, streamlit_server
 
-from core.settings.commands import PRESETS, command_fields
+from core.requests.commands import PRESETS, command_fields
 
 log = logging.getLogger("screenshots")
 

@@ -39,12 +39,12 @@ import torch
 
 from core.adapters import ROLES, SHARED_INPUT
 from core.data import calibration_windows, load_corpus
+from core.methods.masks import score_mask
 from core.methods.sparsegpt import sparsegpt_prune
 from core.methods.wanda import wanda_scores
 from core.models.layer_inputs import capture_layer_inputs, walk_layers
 from core.models.load import load_model
 from core.models.offload import Offload
-from core.pruning.masks import score_mask
 from core.settings.config import DataSpec
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -7,9 +7,9 @@ decoder's parameters (Representation dimension: its sweep, and the structured me
 parameters removed and against the dimension), attention-GD 50% on W_Q/W_K (Assumption
 checks) with its magnitude and Wanda baselines on the same targets, then the comparisons
 (SparseGPT 50%, Wanda 2:4) and zero-shot accuracy of the dense model on two tasks. Every
-piece uses the "demo" preset (core.settings.commands: 8 × 128 calibration tokens, 4
+piece uses the "demo" preset (core.requests.commands: 8 × 128 calibration tokens, 4
 evaluation windows of 64), so the numbers are real but noisy; the Prune page's presets are
-the ones to quote. Sized so the set's estimate (core.planning.estimate) is minutes on a CPU:
+the ones to quote. Sized so the set's estimate (core.runs.estimate) is minutes on a CPU:
 every prune or slice run pays a fixed share (start-up, the latency forwards before and
 after, the effective dimension's eigendecompositions), so the set keeps few runs, small
 windows and a short zero-shot sample, and measures lean (no latency, no effective dimension
@@ -39,10 +39,10 @@ from core.data import default_data_dir
 from core.jobs.launch import start_config_job
 from core.jobs.queue import QueueItem, QueueStatus, cancel_queue, queue_status, start_queue
 from core.names import FULL, LEAN
-from core.planning.estimate import estimate_many, estimate_seconds
-from core.settings.commands import PRESETS
+from core.requests.commands import PRESETS
+from core.requests.request import DEFAULT_MODEL, plan_request
+from core.runs.estimate import estimate_many, estimate_seconds
 from core.settings.config import RunConfig
-from core.settings.request import DEFAULT_MODEL, plan_request
 from core.store.run_store import RunStore
 
 QUEUE = "demo"
@@ -62,7 +62,7 @@ GD_OPTIONS = ("steps=8", "max_seq=4", "max_len=128", "check_points=2")
 
 @dataclass(frozen=True)
 class Piece:
-    """One run of the demo set: ``command`` and ``params`` as ``core.settings.request`` takes
+    """One run of the demo set: ``command`` and ``params`` as ``core.requests.request`` takes
     them (planned into the RunConfig its job receives: ``piece_config``); ``page`` is the page
     it fills first (None: it only adds a comparison)."""
 
@@ -163,7 +163,7 @@ def piece_config(store: RunStore, piece: Piece) -> RunConfig:
 
 
 def piece_seconds(store: RunStore, piece: Piece) -> float:
-    """Estimated duration of one piece on this machine (core.planning.estimate)."""
+    """Estimated duration of one piece on this machine (core.runs.estimate)."""
     return float(estimate_seconds(piece_config(store, piece), store))
 
 

@@ -1,9 +1,11 @@
 """The project's vocabulary, owned here and imported by settings, runs, CLI and pages: method,
-role, pattern and dataset names, run kinds, progress stages, stored table and array names,
-and the metric keys pages read. Plain names only (no torch), so configs and forms validate
-without loading anything."""
+role, pattern, dataset and task names, run kinds, progress stages, stored table and array
+names, the metric keys pages read and the legend name of a run's series. Plain names only
+(no torch), so configs and forms validate without loading anything."""
 
 from __future__ import annotations
+
+import re
 
 from core.errors import ConfigError
 
@@ -34,6 +36,9 @@ def method_names() -> tuple[str, ...]:
 PATTERNS = ("unstructured", "2:4", "4:8")
 TARGETS = ("all", "attention", "mlp", "qk")
 DATASETS = ("wikitext2", "c4", "pydoc")  # plus "file:<path>" for any text/jsonl file
+# the zero-shot tasks (``core.evaluation.tasks`` builds their items), in the order tables list them
+TASK_NAMES = ("piqa", "hellaswag", "arc_easy", "arc_challenge", "winogrande", "boolq")
+NO_PROTOCOL = "none"  # a sweep protocol that fixes no field (``core.requests.protocol_fields``)
 # What a prune/slice run measures beyond perplexity and kept parameters: "full" adds the
 # forward latency before and after the change and the changed model's effective dimension;
 # "lean" skips both. The default is left out of the canonical JSON, so every run id from
@@ -177,7 +182,34 @@ EFFDIM_PREFIX = "effdim_"
 # layers); the cross-method relation is tested with it only.
 EFFDIM_KEY = "mean_erank_c"
 DEFAULT_DIM = EFFDIM_PREFIX + EFFDIM_KEY
+# Names of an effective dimension: core.analysis.relation's pca99, pca90, erank, erank_sv and
+# erank_c, optionally prefixed mean_ / final_ and effdim_ (run metrics).
+DIM_KEY = re.compile(r"^(eff_?dim_)?(mean_|final_)?(pca\d+|erank|erank_sv|erank_c)$")
 # The fraction of decoder-layer parameters a slice or structured run removed (1 − after/before,
 # embeddings and head left out): what a parameter budget (``--budget params=F``) matches.
 PARAMS_REMOVED = "params_removed"
 BUDGET_KINDS = ("params",)  # what a budget counts: ``--budget params=0.25``
+
+
+def is_dim_key(name: str) -> bool:
+    """Whether a metric / column names an effective dimension (``DIM_KEY``, or eff_dim...)."""
+    return str(name).startswith("eff_dim") or bool(DIM_KEY.match(str(name)))
+
+
+def series_name(
+    method: str,
+    pattern: str | None,
+    model: str | None,
+    many_models: bool,
+    targets: str | None = None,
+) -> str:
+    """Legend name of a run: the method, its N:M pattern when structured, the linears it
+    pruned when not all of them, and the model when several are mixed."""
+    name = method or "?"
+    if isinstance(pattern, str) and pattern != "unstructured":
+        name += f" {pattern}"
+    if isinstance(targets, str) and targets != "all":
+        name += f" [{targets}]"
+    if many_models and model:
+        name += f" ({model})"
+    return name

@@ -10,7 +10,7 @@ import streamlit as st
 from core import figures
 from core.demo import PAGE_ATTENTION
 from core.errors import DamagedRunError, PruneScopeError
-from core.evaluation import attention_maps as am
+from core.runs import attention_maps as am
 from core.store.run_store import Run, RunRecord
 from pages.common import (
     get_store,

@@ -12,9 +12,9 @@ from core.evaluation.generate import Decoding
 from core.figures.compare import layer_curves, layer_frame, lens_frame, run_series, token_nll_map
 from core.names import PRUNED_KINDS
 from core.notebooks import compare_notebook
+from core.report import report_html
 from core.runs import comparison as cmp
 from core.store.record import RunRecord
-from core.store.report import report_html
 from pages.common import fmt_seconds, get_store, list_runs, require_frame, run_label, show_error
 from pages.links import linked
 from pages.starters import offer_run

@@ -1,6 +1,6 @@
-"""Widgets drawn from the field table (core.settings.commands, core.settings.method_options): every
+"""Widgets drawn from the field table (core.requests.commands, core.methods.options): every
 form of the app (Prune, Sweeps) shows the same label, help, range and default for the same setting,
-and sends field values to the one request path (core.settings.request). Not a page itself.
+and sends field values to the one request path (core.requests.request). Not a page itself.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import streamlit as st
 from core import jobs
 from core.data import default_data_dir
 from core.errors import ConfigError, PruneScopeError
+from core.methods.options import EXPERT, option_fields, option_pairs, typed_options
 from core.models.catalog import available_models
 from core.planning.cost import device_type
-from core.planning.estimate import estimate_seconds
 from core.planning.speed import Speed, measured_speed
-from core.settings import request as requests
-from core.settings.commands import PRESETS, app_preset
+from core.requests import request as requests
+from core.requests.commands import PRESETS, app_preset
+from core.runs.estimate import estimate_seconds
 from core.settings.config import ModelSpec
 from core.settings.field import CHOICE, FLAG, FLOAT, INT, MULTI, Field, method_list
-from core.settings.method_options import EXPERT, option_fields, option_pairs, typed_options
 from core.store.run_store import RunStore
 from pages.common import device_info
 from pages.links import linked
@@ -31,7 +31,7 @@ UPLOAD = "upload a text file"
 CORPUS_FIELDS = ("calib", "eval")
 PRESET_FIELDS = ("nsamples", "calib_seqlen", "seqlen", "max_windows")
 PRESET_HELP = (
-    "named sets of ordinary values (core.settings.commands): 'reference' is the protocol every "
+    "named sets of ordinary values (core.requests.commands): 'reference' is the protocol every "
     "default follows (calibration 32 × 512 C4 train, every evaluation window); 'quick' keeps a CPU "
     "run of the embedded model to minutes"
 )
@@ -177,7 +177,7 @@ def option_values(method: str, key: str) -> dict[str, Any]:
 
 def typed_method_options(method: str, key: str) -> Any:
     """A method's option widgets; returns its options dataclass, built once here
-    (``core.settings.method_options.typed_options``) and carried as it is to the method.
+    (``core.methods.options.typed_options``) and carried as it is to the method.
     Values the options class rejects come back as they are, so the one request path says
     why where the estimate and the Run button are."""
     values = option_values(method, key)
@@ -194,7 +194,7 @@ def method_options(method: str, key: str, prefix: str = "") -> list[str]:
 
 
 def speed_for(store: RunStore, model: ModelSpec) -> Speed:
-    """The speed core.planning.estimate plans ``model``'s runs with: its device's, measured on the
+    """The speed core.runs.estimate plans ``model``'s runs with: its device's, measured on the
     store's runs of that model when there are any (core.planning.speed reads it once per version of
     the store)."""
     return measured_speed(store, device_type(model), model.name)

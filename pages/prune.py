@@ -14,8 +14,8 @@ from core.analysis.tables import DENSE_ACC, accuracy_beside_dense
 from core.errors import PruneScopeError
 from core.names import PARAMS_REMOVED, PRUNED_KINDS, SLICE, STRUCTURED, T_STRUCTURE
 from core.planning.fit import plan_fit
-from core.settings import request as requests
-from core.settings.commands import command_fields, defaults
+from core.requests import request as requests
+from core.requests.commands import command_fields, defaults
 from core.store.run_store import Run
 from pages.common import (
     cli_hint,
@@ -67,7 +67,7 @@ def key(name: str) -> str:
 
 
 def form_values(start: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-    """Every setting's widget (core.settings.commands); returns the field values and the upload."""
+    """Every setting's widget (core.requests.commands); returns the field values and the upload."""
     values: dict[str, Any] = {}
     for column, names in zip(st.columns(3), MAIN, strict=True):
         with column:

@@ -1,7 +1,7 @@
 """The Runs page's recovery section (not a page itself): a form that fine-tunes the selected
 prune or slice run's model as a background job (live progress, cancel), and each of its
 recoveries' curve and perplexities before and after. Fields, defaults and checks come from
-the recover command's table (core.settings.recovery) through the one request path."""
+the recover command's table (core.requests.recovery) through the one request path."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from core import figures, jobs
 from core.data import default_data_dir
 from core.errors import PruneScopeError
 from core.names import PRUNED_KINDS, RECOVER, T_RECOVERY
-from core.settings.commands import command_fields, defaults
+from core.requests.commands import command_fields, defaults
 from core.store.run_store import Run, RunRecord, RunStore
 from pages import forms
 from pages.common import (

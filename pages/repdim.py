@@ -20,7 +20,7 @@ from core.demo import PAGE_ATTENTION, PAGE_REPDIM
 from core.errors import PruneScopeError
 from core.names import DEFAULT_DIM, T_LAWS
 from core.notebooks import sweep_notebook
-from core.settings.commands import command_fields, defaults
+from core.requests.commands import command_fields, defaults
 from core.store.run_store import Run
 from pages.common import (
     cli_hint,
@@ -75,7 +75,7 @@ st.caption(
 
 # ---- starting a sweep ----------------------------------------------------------------------------
 # The sweep command's fields drawn with the Prune page's widgets (pages.forms,
-# core.settings.commands). The grid axes that SliceGPT has no use for (patterns, allocations,
+# core.requests.commands). The grid axes that SliceGPT has no use for (patterns, allocations,
 # targets) are left out.
 FIELDS = {f.name: f for f in command_fields("sweep")}
 MAIN = ("model", "sparsities", "seeds", "device")

@@ -12,7 +12,7 @@ import streamlit as st
 from core import figures, jobs
 from core.analysis.tables import runs_frame
 from core.errors import PruneScopeError
-from core.store.report import report_html
+from core.report import report_html
 from pages import links
 from pages.common import damaged_runs, get_store, list_runs, require_frame, show_error
 from pages.recovery_views import recovery_panel

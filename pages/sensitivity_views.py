@@ -12,7 +12,7 @@ from core import jobs
 from core.errors import PruneScopeError
 from core.figures.sensitivity import agreement_chart
 from core.names import PRUNE, SENSITIVITY, T_DRAWS
-from core.settings.request import sensitivity_request
+from core.requests.request import sensitivity_request
 from core.store.run_store import RunRecord, RunStore
 from pages.common import current_job, follow_job, list_runs, pick_run, show_error, show_job
 from pages.links import linked

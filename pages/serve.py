@@ -35,8 +35,8 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from core.models.load import model_config
 from core.planning.cost import model_shape
 from core.planning.speed import cpu_flops
+from core.requests.request import DEFAULT_MODEL
 from core.settings.config import ModelSpec
-from core.settings.request import DEFAULT_MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "app.py"

@@ -24,8 +24,8 @@ from core.jobs.grid_sweep import (
 )
 from core.names import PRUNED_KINDS
 from core.notebooks import grid_notebook
-from core.settings.commands import command_fields, defaults, sweep_defaults
-from core.settings.sweep_axes import SWEEP_GRID
+from core.requests.commands import command_fields, defaults, sweep_defaults
+from core.requests.sweep_axes import SWEEP_GRID
 from core.sweeps.recovery import before_after_frame, recovered_table
 from pages.common import (
     current_job,

@@ -22,7 +22,7 @@ from core.cli.reproduce import command_flags
 from core.cli.sweep_command import sweep_kind
 from core.models.load import load_model
 from core.names import DEFAULT_DIM, RELATION_SWEEP
-from core.settings import request as requests
+from core.requests import request as requests
 from core.settings.config import (
     CalibConfig,
     DataSpec,
@@ -565,7 +565,7 @@ def test_sweep_form_uses_the_prune_pages_widgets_and_defaults(store) -> None:
     prune = open_page("prune")
     assert at.selectbox(key="sweep_preset").value == prune.selectbox(key="preset").value
     # (the calibration corpus follows each method's reference: WikiText-2 for SliceGPT, C4
-    # for the Prune page's Wanda; core.settings.commands.sweep_reference)
+    # for the Prune page's Wanda; core.requests.commands.sweep_reference)
     for name in ("model", "eval", "nsamples", "calib_seqlen", "seqlen"):
         assert widget_of(at, f"sweep_{name}").value == widget_of(prune, name).value, name
     assert widget_of(at, "sweep_max_windows").value == widget_of(prune, "windows").value

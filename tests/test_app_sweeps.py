@@ -21,10 +21,10 @@ from core.errors import ConfigError
 from core.figures.sweeps import DENSE as FIGURE_DENSE
 from core.figures.sweeps import accuracy_curves, sweep_curves
 from core.jobs.grid_sweep import cell_grid, grid_status
+from core.methods.options import all_option_fields, option_pairs
 from core.names import GRID_SWEEP
-from core.settings import commands as fields
-from core.settings import request as requests
-from core.settings.method_options import all_option_fields, option_pairs
+from core.requests import commands as fields
+from core.requests import request as requests
 from core.store.run_store import RunStore
 from core.sweeps.grid import resolve_grid
 from core.sweeps.orchestrate import DENSE

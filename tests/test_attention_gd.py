@@ -31,8 +31,8 @@ from core.methods.attention_gd import (
     to_linear,
 )
 from core.methods.base import LayerContext, LinearStats
+from core.methods.masks import score_mask
 from core.methods.wanda import wanda_scores
-from core.pruning.masks import score_mask
 
 D, HEAD_DIM, L = 16, 4, 8
 F64 = torch.float64

@@ -1,4 +1,4 @@
-"""The ablation of attention-gd's gain (core/methods/attention_gd/ablation.py and
+"""The ablation of attention-gd's gain (core/analysis/gd_ablation.py and
 bench/attention_gd_ablation.py): the component rule says "earns" for a component whose removal
 raises perplexity and not for one whose removal changes nothing (50 synthetic draws each, ≥ 90
 %), and the bench runs end to end on the tiny model (``--smoke``) and prints both families'
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
-from core.analysis.uncertainty import Bootstrap
-from core.methods.attention_gd.ablation import (
+from core.analysis.gd_ablation import (
     COMPONENTS,
     READINGS,
     ablation_rows,
     component_verdict,
 )
+from core.analysis.uncertainty import Bootstrap
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 

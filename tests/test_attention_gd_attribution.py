@@ -59,7 +59,7 @@ def test_the_rule_is_written_with_every_label():
     assert lines == list(LABELS)  # numbered in the order the rule applies them
 
 
-# ---- which reading becomes the default (core/methods/attention_gd/choice.py) ------------------
+# ---- which reading becomes the default (core/analysis/gd_choice.py) ------------------
 
 
 def held_table(rng, effect: float, sizes=(512, 1024, 2304), seeds=3, layers=8):
@@ -77,8 +77,8 @@ def held_table(rng, effect: float, sizes=(512, 1024, 2304), seeds=3, layers=8):
 
 
 def test_a_candidate_that_beats_wanda_plus_swap_becomes_the_default():
+    from core.analysis import gd_choice as choice
     from core.analysis.uncertainty import Bootstrap, paired_difference
-    from core.methods.attention_gd import choice
 
     rng = np.random.default_rng(11)
     boot = Bootstrap(n_boot=400)
@@ -96,8 +96,8 @@ def test_a_candidate_that_beats_wanda_plus_swap_becomes_the_default():
 
 
 def test_a_candidate_no_better_than_wanda_plus_swap_leaves_the_default():
+    from core.analysis import gd_choice as choice
     from core.analysis.uncertainty import Bootstrap, paired_difference
-    from core.methods.attention_gd import choice
 
     rng = np.random.default_rng(12)
     boot = Bootstrap(n_boot=400)

@@ -18,12 +18,12 @@ from core.errors import ConfigError
 from core.evaluation.compare import kl_rows, lens_logits, trace
 from core.evaluation.generate import Decoding, generate, next_token
 from core.names import A_REBUILD
+from core.report import PROVENANCE_ID
 from core.runs import run_prune, run_slice
 from core.runs.comparison import compare_model, compare_run, how_built, window_nll_diff
 from core.runs.resources import get_eval_windows, get_model
 from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 from core.store.integrity import MANIFEST
-from core.store.report import PROVENANCE_ID
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=3)

@@ -18,8 +18,8 @@ from core import demo
 from core.cli.main import build_parser, field_values
 from core.jobs import queue
 from core.jobs.status import JobStatus
+from core.requests import request as requests
 from core.runs import plan_eval
-from core.settings import request as requests
 from core.settings.config import ModelSpec, RunConfig
 from core.store.run_store import RunStore
 

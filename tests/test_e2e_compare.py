@@ -132,7 +132,7 @@ def test_compare_updates_for_a_typed_prompt(tmp_path, populated) -> None:
 def test_report_opens_with_charts_and_provenance(tmp_path, populated) -> None:
     pytest.importorskip("playwright")
     from core.cli.main import main
-    from core.store.report import PROVENANCE_ID
+    from core.report import PROVENANCE_ID
 
     root, run_ids = populated
     out = tmp_path / "report.html"

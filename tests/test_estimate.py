@@ -1,4 +1,4 @@
-"""Duration estimates of planned runs (core.planning.estimate): more tokens take longer, costlier
+"""Duration estimates of planned runs (core.runs.estimate): more tokens take longer, costlier
 methods take longer, a GPU is faster than a CPU, stored runs are free, and stored timings
 calibrate the device's speed by the rule of core.planning.speed (hand-made records, no timing)."""
 
@@ -17,7 +17,6 @@ from core.planning.cost import (
     model_shape,
     prune_phase_flops,
 )
-from core.planning.estimate import estimate_many, estimate_seconds
 from core.planning.speed import (
     Sample,
     Speed,
@@ -27,8 +26,9 @@ from core.planning.speed import (
     measured_speed,
     run_sample,
 )
+from core.requests import request as requests
 from core.runs import RunOptions, execute
-from core.settings import request as requests
+from core.runs.estimate import estimate_many, estimate_seconds
 from core.sweeps.grid import GridSpec, resolve_grid
 
 BASE = {"model": "smollm2-135m", "device": "cpu", "calib": "pydoc", "eval": "pydoc"}

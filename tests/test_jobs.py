@@ -11,8 +11,8 @@ import pytest
 
 from core import jobs
 from core.errors import ConfigError, ModelLoadError
-from core.settings import commands as fields
-from core.settings import request as requests
+from core.requests import commands as fields
+from core.requests import request as requests
 from core.store.run_store import RunStore
 
 TINY = {

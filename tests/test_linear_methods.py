@@ -13,9 +13,9 @@ from core.methods import get_method
 from core.methods.base import LayerContext, LinearStats
 from core.methods.linear import relative_reconstruction_error
 from core.methods.magnitude import Magnitude, MagnitudeOptions
+from core.methods.masks import prune_count, score_mask
 from core.methods.sparsegpt import SparseGPT, SparseGPTOptions, sparsegpt_prune
 from core.methods.wanda import Wanda, WandaOptions, wanda_scores
-from core.pruning.masks import prune_count, score_mask
 
 
 def make_problem(seed: int, out: int = 64, d_in: int = 128, tokens: int = 512):

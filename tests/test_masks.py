@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from core.errors import ConfigError
-from core.methods.wanda import wanda_mask
-from core.pruning.masks import (
+from core.methods.masks import (
     check_sparsity,
     lowest_k_mask,
     nm_prune_mask,
@@ -17,6 +16,7 @@ from core.pruning.masks import (
     scope_dim,
     topk_prune_mask,
 )
+from core.methods.wanda import wanda_mask
 from core.settings.patterns import parse_pattern
 
 

@@ -13,10 +13,10 @@ from core.cli.main import main
 from core.errors import ConfigError
 from core.names import FULL, LEAN
 from core.planning.cost import changed_model_flops, model_shape
-from core.planning.estimate import estimate_seconds
+from core.requests.request import plan_request
+from core.runs.estimate import estimate_seconds
 from core.runs.plan import relation_sweep_points
 from core.settings.config import CalibConfig, PruneConfig, RunConfig
-from core.settings.request import plan_request
 
 # Run ids computed on main at 97d5811, before ``measure`` existed: a default config must
 # keep them (every stored run stays found).

@@ -20,17 +20,17 @@ from core.errors import ConfigError
 from core.methods import available_methods, get_method, make_method
 from core.methods.base import Method
 from core.methods.linear import LinearwiseMethod
+from core.methods.options import EXPERT, option_fields, typed_options
 from core.methods.work import LayerWork, MissingCostTerms, WorkShape
 from core.planning.cost import method_flops, model_shape, prune_phase_flops
-from core.planning.estimate import estimate_seconds
 from core.planning.speed import Speed
+from core.requests import request as requests
+from core.requests.commands import command_fields
 from core.runs import RunOptions, execute
+from core.runs.estimate import estimate_seconds
 from core.runs.plan import resolved
-from core.settings import request as requests
-from core.settings.commands import command_fields
 from core.settings.config import ModelSpec
 from core.settings.field import FLAG, FLOAT
-from core.settings.method_options import EXPERT, option_fields, typed_options
 from core.store.run_store import RunStore
 
 # The whole of a new method: an options dataclass declared with ``option`` (words, ranges,
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from core.methods import register
 from core.methods.linear import LinearwiseMethod, PrunedWeight, WeightJob
-from core.pruning.masks import score_mask
+from core.methods.masks import score_mask
 from core.settings.field import option
 
 

@@ -11,7 +11,7 @@ import transformers
 from core.models import gguf, load
 from core.models.catalog import EMBEDDED_MODEL, GGUF_MODELS
 from core.models.load import model_config, tiny_config
-from core.settings.request import plan_request
+from core.requests.request import plan_request
 
 OTHER = next(name for name in GGUF_MODELS if name != EMBEDDED_MODEL)
 

@@ -20,6 +20,7 @@ from core.names import LORA, MASKED, RECOVER, T_RECOVERY
 from core.recovery import Checkpoint, ZeroSet, finetune, pruned_linears
 from core.recovery.loop import train
 from core.recovery.lora import add_lora, merge_lora
+from core.requests.request import plan_request, run_options
 from core.runs import execute, get_eval_windows, run_prune, run_slice
 from core.runs.recover import scratch_dir
 from core.settings.config import (
@@ -31,7 +32,6 @@ from core.settings.config import (
     RecoverConfig,
     RunConfig,
 )
-from core.settings.request import plan_request, run_options
 from core.sweeps.recovery import before_after_frame, recovered_table
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")

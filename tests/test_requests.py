@@ -16,8 +16,8 @@ from core.cli.main import build_parser, field_values
 from core.errors import ConfigError
 from core.methods import available_methods
 from core.names import method_names
-from core.settings import commands as fields
-from core.settings import request as requests
+from core.requests import commands as fields
+from core.requests import request as requests
 from core.settings.config import RunConfig
 from core.store.run_store import RunStore
 
@@ -195,7 +195,7 @@ def test_no_imports_inside_functions_except_optional_dependencies() -> None:
 # Home's first render paid 4-6 s for those imports). Checked in a fresh interpreter.
 LIGHT_MODULES = (
     "core.settings.config",
-    "core.settings.commands",
+    "core.requests.commands",
     "core.settings.patterns",
     "core.names",
     "core.models.catalog",

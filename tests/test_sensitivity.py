@@ -17,6 +17,7 @@ from core.cli.main import main
 from core.errors import ConfigError
 from core.figures.sensitivity import agreement_chart
 from core.names import SENSITIVITY, T_AGREEMENT, T_DRAWS
+from core.requests.request import sensitivity_request
 from core.runs.sensitivity import plan_sensitivity
 from core.settings.config import (
     CalibConfig,
@@ -26,7 +27,6 @@ from core.settings.config import (
     PruneConfig,
     RunConfig,
 )
-from core.settings.request import sensitivity_request
 
 
 def packed(bits) -> np.ndarray:

@@ -66,10 +66,10 @@ def test_the_app_pages_warm_the_heavy_libraries() -> None:
     """What the pages import really is what makes a first page slow (not a fixed list)."""
     names = serve.page_modules([serve.APP, *sorted((serve.ROOT / "pages").glob("*.py"))])
     assert {
-        "core.settings.request",
-        "core.planning.estimate",
+        "core.requests.request",
+        "core.runs.estimate",
         "core.figures",
-        "core.evaluation.attention_maps",
+        "core.runs.attention_maps",
     } <= set(names)
     assert not [n for n in names if n.startswith("pages")]
 

@@ -1,4 +1,4 @@
-"""Shards written without a second copy (core.stream.weights): tensors from their own memory,
+"""Shards written without a second copy (core.models.weights): tensors from their own memory,
 tensors kept from the source copied file to file, never read into memory."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from core.stream import weights
-from core.stream.weights import INDEX_FILE, LazyWeights, ShardWriter, Span, read_header, write_shard
+from core.models import weights
+from core.models.weights import INDEX_FILE, LazyWeights, ShardWriter, Span, read_header, write_shard
 
 
 def _tensors() -> dict[str, torch.Tensor]:

@@ -10,10 +10,10 @@ from core.analysis.uncertainty import Interval
 from core.analysis.verdicts import FIRST_ORDER, first_order
 from core.cli.main import build_parser, field_values, main
 from core.errors import ConfigError
+from core.requests.request import plan_request
 from core.runs import effdim_report, run_prune, run_relation_sweep, run_slice
 from core.runs.plan import plan_eval, relation_sweep_points
 from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
-from core.settings.request import plan_request
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)
@@ -191,7 +191,7 @@ def test_primary_protocol_plans_the_slice_runs_the_cli_makes(tiny_protocol, shar
 
 
 def test_primary_protocol_values_and_refusals(shared_data):
-    from core.settings.protocol_fields import primary_values, protocol_seeds
+    from core.requests.protocol_fields import primary_values, protocol_seeds
 
     values = primary_values("smollm2-135m")
     assert values["seeds"] == "0,1,2,3,4" and protocol_seeds("gemma3-270m") == (0, 1, 2)
@@ -203,7 +203,7 @@ def test_primary_protocol_values_and_refusals(shared_data):
         plan_request("sweep", {**base, "seqlen": 128})
     with pytest.raises(ConfigError, match="--tasks"):
         plan_request("sweep", {**base, "tasks": "piqa"})
-    from core.settings.request import grid_spec
+    from core.requests.request import grid_spec
 
     with pytest.raises(ConfigError, match="relation sweep"):
         grid_spec({**base, "method": "wanda"})

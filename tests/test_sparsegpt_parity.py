@@ -16,6 +16,7 @@ import torch
 import core.methods.sparsegpt as sgpt
 from core.adapters import ROLES, adapter_for
 from core.errors import ConfigError
+from core.methods.masks import prune_count
 from core.methods.obs_factor import hessian_factor, inverse_hessian_factor
 from core.methods.sparsegpt import (
     SparseGPT,
@@ -27,7 +28,6 @@ from core.methods.sparsegpt import (
 )
 from core.models.load import build_tiny_model
 from core.pruning.layerwise import run_layerwise, run_method
-from core.pruning.masks import prune_count
 
 
 def make_problem(seed: int, out: int = 48, d_in: int = 96, tokens: int = 384):

@@ -9,7 +9,7 @@ from core.cli.main import main
 from core.errors import ConfigError
 from core.models.load import build_tiny_model, byte_tokenizer
 from core.planning import fit
-from core.settings import request
+from core.requests import request
 from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec
 
 MiB = 2**20

@@ -13,10 +13,10 @@ import torch
 
 from core.machine import process_memory
 from core.methods.linear import relative_reconstruction_error, sample_reconstruction_error
+from core.methods.masks import score_mask
 from core.methods.wanda import wanda_mask, wanda_scores
-from core.pruning.masks import score_mask
+from core.models.weights import LazyWeights
 from core.stream.synthetic import llama_config, write_random_model
-from core.stream.weights import LazyWeights
 
 
 @pytest.mark.parametrize("rows", [1, 7, 64])

@@ -14,11 +14,11 @@ from core.evaluation.generate import Decoding
 from core.evaluation.perplexity import evaluate_perplexity
 from core.methods.structure import load_structured
 from core.names import MASKED, STRUCTURED
+from core.requests.request import plan_request, run_options
 from core.runs import execute, get_eval_windows, run_prune
 from core.runs.comparison import compare_run, how_built
 from core.runs.resources import get_model
 from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
-from core.settings.request import plan_request, run_options
 
 MODEL = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=3)

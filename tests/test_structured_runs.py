@@ -16,6 +16,7 @@ from core.methods import make_method
 from core.models.geometry import Geometry
 from core.models.load import load_model, tiny_config
 from core.names import PARAMS_REMOVED, STRUCTURED, T_STRUCTURE
+from core.requests.request import plan_request
 from core.runs import get_eval_windows, run_prune
 from core.runs.common import RunOptions
 from core.runs.rebuild import load_saved
@@ -27,7 +28,6 @@ from core.settings.config import (
     PruneConfig,
     RunConfig,
 )
-from core.settings.request import plan_request
 
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=4)
 CALIB = CalibConfig(DataSpec("pydoc", "train"), nsamples=4, seqlen=64)
@@ -132,7 +132,7 @@ def test_slicegpt_takes_the_budget_as_its_width(store) -> None:
 def test_a_grid_of_budgets_matches_every_method_on_parameters() -> None:
     """``sweep --grid --budgets``: one point per method, budget and seed, each config asking
     the budget and holding the method's knob; a method without a budget is refused by name."""
-    from core.settings.request import grid_spec
+    from core.requests.request import grid_spec
     from core.sweeps.grid import resolve_grid
 
     base = {"model": "tiny-llama", "device": "cpu", "calib": "pydoc", "eval": "pydoc"}

@@ -15,6 +15,7 @@ from core.cli.main import build_parser, field_values, main
 from core.cli.sweep_command import sweep_kind
 from core.errors import ConfigError, StoreError, SweepError
 from core.names import GRID_SWEEP, RELATION_SWEEP
+from core.requests.request import plan_request
 from core.runs import plan_prune, plan_slice
 from core.settings.config import (
     CalibConfig,
@@ -24,7 +25,6 @@ from core.settings.config import (
     PruneConfig,
     RunConfig,
 )
-from core.settings.request import plan_request
 from core.store.heartbeat import STALE_S, Heartbeat, run_alive
 from core.store.run_store import RunStore
 from core.sweeps import ray_cluster

@@ -14,12 +14,12 @@ import core.runs.plan as plan_mod
 import core.runs.resolved as resolved_mod
 from core.errors import ConfigError
 from core.methods.attention_gd import AttentionGDOptions
+from core.methods.options import typed_options
 from core.names import family_roles
 from core.planning.cost import method_flops, model_shape
+from core.requests import request as requests
 from core.runs.plan import resolved
-from core.settings import request as requests
 from core.settings.config import ModelSpec, PruneConfig, RunConfig
-from core.settings.method_options import typed_options
 
 BASE = {
     "model": "smollm2-135m",

@@ -196,6 +196,8 @@ def test_missing_and_malformed_task_files(tmp_path, task_dir):
 
 
 def test_task_names_and_limit_are_validated():
+    # the vocabulary (core.names) lists the tasks core.evaluation.tasks builds, in its order
+    assert tuple(zs.TASKS) == zs.TASK_NAMES
     assert zs.parse_tasks("all") == zs.TASK_NAMES
     assert zs.parse_tasks("piqa, boolq,piqa") == ("piqa", "boolq")
     with pytest.raises(ConfigError, match="unknown task 'mmlu'"):

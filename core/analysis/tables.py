@@ -12,7 +12,6 @@ from typing import Any
 import pandas as pd
 
 from core.errors import StoreError
-from core.figures import is_dim_key
 from core.names import (
     DEFAULT_DIM,
     EVAL,
@@ -24,6 +23,7 @@ from core.names import (
     T_EVAL_WINDOWS,
     T_ZEROSHOT,
     ZEROSHOT,
+    is_dim_key,
 )
 from core.store.run_store import Run, RunRecord, RunStore
 

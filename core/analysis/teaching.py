@@ -17,9 +17,8 @@ import pandas as pd
 
 from core.analysis.budget import BUDGETS, matched_table, winner
 from core.analysis.relation import predicted_ppl
-from core.figures import series_name
 from core.methods.slicegpt.rotation import sliced_width
-from core.names import PRUNED_KINDS
+from core.names import PRUNED_KINDS, series_name
 from core.store.run_store import RunRecord
 
 

@@ -1,5 +1,5 @@
 """The data arguments of the Python API, typed once at its edge: a corpus name becomes the
-frozen config the CLI builds for the same flag (``core.settings.request.data_spec``: the
+frozen config the CLI builds for the same flag (``core.requests.request.data_spec``: the
 same default data folder, the same absolute file paths), a config passes as it is, and token
 ids (a tensor) are used as they are."""
 
@@ -11,10 +11,10 @@ from core.api.memory import geometry_of
 from core.data import eval_windows, load_corpus
 from core.errors import ConfigError
 from core.models.load import LoadedModel
+from core.requests.request import data_spec
 from core.runs.plan import check_seqlen
 from core.runs.resources import get_calib_windows
 from core.settings.config import CalibConfig, EvalConfig
-from core.settings.request import data_spec
 
 Data = str | EvalConfig | torch.Tensor  # a corpus name, an evaluation config, or windows (n, L)
 Calib = str | CalibConfig | torch.Tensor  # a corpus name, a calibration config, or ids (N, L)

@@ -25,6 +25,7 @@ from core.api.inputs import Calib, Data, as_eval, calib_config, calib_ids, windo
 from core.api.memory import device_of, evaluating, geometry_of, loaded, spec_of
 from core.errors import ConfigError
 from core.evaluation.perplexity import PerplexityResult, evaluate_perplexity
+from core.methods.options import typed_options
 from core.names import F32, PRUNE, T_ALLOCATION, T_BOUNDARIES, T_EVAL_WINDOWS, T_LAYERS
 from core.progress import ProgressFn
 from core.pruning.apply import apply_prune
@@ -37,7 +38,6 @@ from core.runs.rebuild import model_of_run
 from core.runs.resources import holding
 from core.runs.restore import restorable, restore_model
 from core.settings.config import CalibConfig, EvalConfig, PruneConfig, RunConfig
-from core.settings.method_options import typed_options
 from core.store.run_store import Run, RunStore
 
 StoreArg = RunStore | str | None

@@ -8,8 +8,8 @@ Examples::
     python -m core sensitivity RUN_ID --seeds 1,2,3 --calib wikitext2
     python -m core runs list
 
-The run commands' arguments come from the field table (``core.settings.commands``); their values go
-through ``core.settings.request`` to the same resolved config the app builds.
+The run commands' arguments come from the field table (``core.requests.commands``); their values go
+through ``core.requests.request`` to the same resolved config the app builds.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from core.cli.output import TqdmProgress, print_human
 from core.errors import ConfigError, PruneScopeError
 from core.families import family_support, method_patterns
 from core.methods import available_methods, get_method
+from core.methods.options import option_fields
 from core.models.catalog import EMBEDDED_MODEL
 from core.models.gguf import prepare
 from core.names import GRID_SWEEP
+from core.requests.commands import CHOICE, COMMANDS, FLAG, FLOAT, INT, LIST, Field, command_fields
+from core.requests.request import plan_request, run_options, save_folder
 from core.runs import RunOptions, effdim_report, execute
-from core.settings.commands import CHOICE, COMMANDS, FLAG, FLOAT, INT, LIST, Field, command_fields
 from core.settings.config import RunConfig
-from core.settings.method_options import option_fields
-from core.settings.request import plan_request, run_options, save_folder
 from core.store.run_store import RunStore
 from core.sweeps.executors import LocalExecutor
 from core.sweeps.grid import GridJob, is_grid_job

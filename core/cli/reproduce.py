@@ -8,9 +8,9 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core.settings.commands import command_fields, defaults
+from core.requests.commands import command_fields, defaults
+from core.requests.request import typed_value
 from core.settings.field import FLAG, LIST
-from core.settings.request import typed_value
 
 
 def command_flags(command: str, given: Mapping[str, Any]) -> list[str]:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import DamagedRunError, StoreError
+from core.report import write_report
 from core.settings.outputs import FOLDER, check_output
 from core.store.reindex import rebuild_index
-from core.store.report import write_report
 from core.store.run_store import RunStore, default_root
 
 RUNS_ACTIONS = {

@@ -8,8 +8,8 @@ import argparse
 from typing import Any
 
 from core.names import T_AGREEMENT
+from core.requests.request import sensitivity_request
 from core.runs import RunOptions, execute
-from core.settings.request import sensitivity_request
 from core.store.run_store import RunStore
 
 

@@ -12,7 +12,7 @@ the one rule, kept as it always was for users:
 - else the grid sweep.
 
 Below this edge nothing guesses: the relation sweep is planned by
-``plan_request(RELATION_SWEEP, ...)``, the grid by ``core.settings.request.grid_spec``.
+``plan_request(RELATION_SWEEP, ...)``, the grid by ``core.requests.request.grid_spec``.
 
 Examples::
 
@@ -30,13 +30,15 @@ import sys
 from typing import Any
 
 from core.errors import ConfigError
-from core.names import GRID_SWEEP, RELATION_SWEEP
-from core.settings import request as requests
+from core.names import GRID_SWEEP, RECOVER, RELATION_SWEEP
+from core.progress import ProgressFn
+from core.requests import request as requests
+from core.runs import execute
 from core.settings.field import method_list
 from core.store.run_store import RunStore
 from core.sweeps.executors import EXECUTORS, make_executor
-from core.sweeps.orchestrate import run_sweep_grid, table_lines
-from core.sweeps.recovery import recover_points, recovered_lines, recovered_table
+from core.sweeps.orchestrate import DENSE, run_sweep_grid, table_lines
+from core.sweeps.recovery import recovered_lines, recovered_table
 
 EXECUTOR_DEFAULTS = {
     "executor": "local",
@@ -125,7 +127,7 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
 def cmd_grid(args, progress, values: dict[str, Any], store: RunStore) -> dict[str, Any]:
     """Validate everything (grid, executor) before any work; run; return the table.
     ``values``: the sweep command's field values, read by the one request path
-    (core.settings.request.grid_spec) the app's sweep form uses too."""
+    (core.requests.request.grid_spec) the app's sweep form uses too."""
     if args.force:
         raise ConfigError(
             "--force is for single runs; a sweep reuses stored points (delete "
@@ -144,6 +146,17 @@ def cmd_grid(args, progress, values: dict[str, Any], store: RunStore) -> dict[st
         recover_points(store, out["table"], args.recover_steps, progress)
         out["recovered"] = recovered_table(store, out["table"], args.recover_steps)
     return out
+
+
+def recover_points(
+    store: RunStore, rows: list[dict[str, Any]], steps: int, progress: ProgressFn | None = None
+) -> list[str]:
+    """Recover every pruned point of a sweep table for ``steps`` steps, one after another in
+    this process (every recovery is planned first: a bad point fails before any training);
+    returns the recover runs' ids."""
+    ids = [i for r in rows if r["method"] != DENSE for i in str(r["run_ids"]).split(",") if i]
+    configs = [requests.plan_request(RECOVER, {"run": i, "steps": steps}, store) for i in ids]
+    return [execute(cfg, store, progress)["run_id"] for cfg in configs]
 
 
 def grid_progress(progress) -> Any:

@@ -32,7 +32,6 @@ import torch
 
 from core.errors import ConfigError
 from core.evaluation.tasks import (
-    TASK_NAMES,
     TASKS,
     McItem,
     TaskData,
@@ -42,11 +41,12 @@ from core.evaluation.tasks import (
     hellaswag_item,
     hellaswag_preprocess,
     load_task,
-    parse_tasks,
     piqa_item,
     winogrande_item,
 )
+from core.names import TASK_NAMES
 from core.progress import ProgressFn, report
+from core.settings.patterns import parse_tasks
 
 # Requests per HFLM call: large enough for its length sorting to pay, small enough to report.
 CHUNK = 256

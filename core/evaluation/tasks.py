@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError, DataError
+from core.errors import DataError
+from core.settings.patterns import parse_tasks
 
 
 @dataclass(frozen=True)
@@ -218,21 +219,6 @@ TASKS: dict[str, TaskSpec] = {
     )
 }
 # fmt: on
-TASK_NAMES = tuple(TASKS)
-
-
-def parse_tasks(text: str | Iterable[str]) -> tuple[str, ...]:
-    """'piqa,arc_easy' (or 'all') -> validated names in the given order, duplicates dropped."""
-    names = text.split(",") if isinstance(text, str) else list(text)
-    names = [n.strip() for n in names if n and n.strip()]
-    if names == ["all"]:
-        return TASK_NAMES
-    if not names:
-        raise ConfigError(f"no zero-shot task given; choose from {', '.join(TASK_NAMES)} or all")
-    for n in names:
-        if n not in TASKS:
-            raise ConfigError(f"unknown task {n!r}; known tasks: {', '.join(TASK_NAMES)} (or all)")
-    return tuple(dict.fromkeys(names))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from core.figures.attention import (
 from core.figures.gd import TRAJECTORY_PANELS, gd_trajectories
 from core.figures.recovery import before_after, recovery_curve
 from core.figures.repdim import (
-    DIM_KEY,
     accuracy_vs_dprime,
     analytic_ppl,
     budget_chart,
@@ -27,7 +26,6 @@ from core.figures.repdim import (
     effdim_layers,
     effdim_scatter,
     fitted_ppl,
-    is_dim_key,
     ppl_vs_dprime,
     ratio_vs_keep,
 )
@@ -37,7 +35,6 @@ from core.figures.runs import (
     layer_error_chart,
     layer_sparsity_chart,
     ppl_vs_sparsity,
-    series_name,
 )
 from core.figures.style import (
     ANALYTIC,
@@ -52,6 +49,7 @@ from core.figures.style import (
     empty_figure,
     series_colors,
 )
+from core.names import DIM_KEY, is_dim_key, series_name
 
 __all__ = [
     "ANALYTIC",

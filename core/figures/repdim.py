@@ -4,7 +4,6 @@ relation (A1) and its fit, and the effective dimension of every run."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,6 +22,7 @@ from core.figures.style import (
     empty_figure,
     layout,
 )
+from core.names import is_dim_key
 
 
 # ---- Paper A: perplexity vs representation dimension -------------------------------------------
@@ -208,16 +208,6 @@ def effdim_scatter(
     fig.update_yaxes(**LOG_AXIS, title="perplexity (log)")
     fig.update_xaxes(title=x)
     return layout(fig, "Perplexity vs effective dimension, all methods")
-
-
-DIM_KEY = re.compile(r"^(eff_?dim_)?(mean_|final_)?(pca\d+|erank|erank_sv|erank_c)$")
-
-
-def is_dim_key(name: str) -> bool:
-    """Whether a metric / column names an effective dimension: core.analysis.relation's pca99,
-    pca90, erank, erank_sv and erank_c, optionally prefixed mean_ / final_ and effdim_ (run
-    metrics)."""
-    return str(name).startswith("eff_dim") or bool(DIM_KEY.match(str(name)))
 
 
 def effdim_layers(effdim: pd.DataFrame, columns: Sequence[str] | None = None) -> go.Figure:

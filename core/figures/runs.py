@@ -7,6 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from core.figures.style import LOG_AXIS, empty_figure, layout, level, role_color, series_colors
+from core.names import series_name
 
 
 # ---- perplexity vs sparsity ----------------------------------------------------------------------
@@ -110,25 +111,6 @@ def layer_error_chart(layers: pd.DataFrame, log_y: bool = False) -> go.Figure:
 
 
 # ---- tables shaped for the charts ----------------------------------------------------------------
-def series_name(
-    method: str,
-    pattern: str | None,
-    model: str | None,
-    many_models: bool,
-    targets: str | None = None,
-) -> str:
-    """Legend name of a run: the method, its N:M pattern when structured, the linears it
-    pruned when not all of them, and the model when several are mixed."""
-    name = method or "?"
-    if isinstance(pattern, str) and pattern != "unstructured":
-        name += f" {pattern}"
-    if isinstance(targets, str) and targets != "all":
-        name += f" [{targets}]"
-    if many_models and model:
-        name += f" ({model})"
-    return name
-
-
 def compare_frame(runs: pd.DataFrame) -> pd.DataFrame:
     """Rows for ``ppl_vs_sparsity`` from a runs table (columns: id, kind, status, model,
     method, sparsity, pattern, ppl[, targets, achieved_sparsity, dense_ppl]); finished prunes only,

@@ -28,9 +28,9 @@ from core.jobs.launch import escalate, launch_config
 from core.jobs.records import alive, config_path, log_path, read_job
 from core.jobs.status import log_error, log_result
 from core.names import GRID_SWEEP, PRUNED_KINDS
-from core.planning.estimate import estimate_many
+from core.requests.request import grid_spec
+from core.runs.estimate import estimate_many
 from core.settings.config import RunConfig
-from core.settings.request import grid_spec
 from core.store.run_store import RunStore
 from core.sweeps.grid import GridJob, resolve_grid
 from core.sweeps.orchestrate import CELL_STATES, sweep_table
@@ -70,7 +70,7 @@ class GridPlan:
     """A planned grid: its configurations (dense baselines first) and estimated duration."""
 
     configs: list[RunConfig]
-    seconds: float  # estimate for the points the store lacks (core.planning.estimate)
+    seconds: float  # estimate for the points the store lacks (core.runs.estimate)
 
     @property
     def job_id(self) -> str:

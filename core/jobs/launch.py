@@ -1,5 +1,5 @@
 """Start and cancel background jobs. One launch protocol: the app resolves what to run (a
-RunConfig through ``core.settings.request``, or a grid sweep's configs, core.jobs.grid_sweep),
+RunConfig through ``core.requests.request``, or a grid sweep's configs, core.jobs.grid_sweep),
 writes it as JSON and runs ``python -m core run --config FILE`` in a subprocess (the CLI's
 code path, clean cancel, GPU memory freed when it ends).
 
@@ -35,8 +35,8 @@ from core.jobs.records import (
     write_job,
 )
 from core.names import JOB_KINDS
+from core.requests.request import plan_request
 from core.settings.config import RunConfig
-from core.settings.request import plan_request
 from core.store.run_store import RunStore
 
 log = logging.getLogger(__name__)

@@ -51,7 +51,7 @@ def get_method(name: str) -> type[Method]:
 
 def make_method(name: str, options: Any = ()) -> Method:
     """An instance of method ``name`` with its options: its options dataclass itself (typed
-    at the edge, ``core.settings.method_options.typed_options``), or pairs / a dict of
+    at the edge, ``core.methods.options.typed_options``), or pairs / a dict of
     values (a stored config's), validated by its options class."""
     cls = get_method(name)
     if isinstance(options, cls.options_cls):

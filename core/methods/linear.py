@@ -24,9 +24,9 @@ import torch
 from torch import nn
 
 from core.methods.base import SAMPLE_ROWS, LayerContext, LinearReport, LinearStats, Method
+from core.methods.masks import check_sparsity, scope_dim, score_mask
 from core.methods.work import LayerWork, MissingCostTerms, WorkShape
 from core.names import SCOPES
-from core.pruning.masks import check_sparsity, scope_dim, score_mask
 from core.settings.field import option
 from core.settings.patterns import parse_pattern
 
@@ -307,7 +307,7 @@ class ScopedOptions:
 
 class ScoreMethod(LinearwiseMethod):
     """Methods that score every weight and zero the lowest, keeping the rest unchanged: one
-    selection rule (``core.pruning.masks.score_mask``) over each method's own scores."""
+    selection rule (``core.methods.masks.score_mask``) over each method's own scores."""
 
     updates_weights = False
     options: ScopedOptions

@@ -3,7 +3,7 @@
 The baseline of the Wanda and SparseGPT papers (papers.md §4, §7). The reference code
 thresholds over the whole matrix (``scope="matrix"``); ``scope="row"`` compares within each
 output row, Wanda's comparison group, so the two differ only in their score. A mask outside a
-run is ``core.pruning.masks.score_mask(W.abs(), sparsity, scope, nm)``.
+run is ``core.methods.masks.score_mask(W.abs(), sparsity, scope, nm)``.
 """
 
 from __future__ import annotations

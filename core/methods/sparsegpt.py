@@ -51,8 +51,7 @@ from core.errors import ConfigError
 from core.methods import register
 from core.methods.base import LayerContext, LinearReport, LinearStats
 from core.methods.linear import LinearwiseMethod, PrunedWeight, WeightJob
-from core.methods.obs_factor import HessianFactor, hessian_factor
-from core.pruning.masks import (
+from core.methods.masks import (
     check_nm,
     check_sparsity,
     lowest_k_mask,
@@ -60,6 +59,7 @@ from core.pruning.masks import (
     prune_count,
     select_kth,
 )
+from core.methods.obs_factor import HessianFactor, hessian_factor
 from core.settings.field import option
 
 # How each block's unstructured mask is chosen from the OBS saliency w²/U_jj²:

@@ -3,7 +3,7 @@
 Score S_ij = |W_ij| · ‖X_j‖₂ (paper Eq. 1), X_j being input feature j over all calibration
 tokens. Scores are compared within each output row and the lowest ⌊p·C_in⌋ are zeroed; the
 kept weights are not updated (papers.md §4). A mask outside a run is
-``core.pruning.masks.score_mask(wanda_scores(W, col_sq_norms), sparsity, scope, nm)``;
+``core.methods.masks.score_mask(wanda_scores(W, col_sq_norms), sparsity, scope, nm)``;
 ``wanda_mask`` is the same mask computed a block of rows at a time.
 """
 
@@ -15,7 +15,7 @@ from core.errors import ConfigError
 from core.methods import register
 from core.methods.base import LinearStats
 from core.methods.linear import PrunedWeight, ScopedOptions, ScoreMethod, WeightJob
-from core.pruning.masks import (
+from core.methods.masks import (
     add_cheapest_next,
     lowest_k_and_next,
     lowest_k_mask,

@@ -1,7 +1,7 @@
 """The cost model of a run: its work in floating-point operations, phase by phase, from
 the model's shapes (config.json only, ``core.models.geometry``) and the run's token counts.
 
-``core.planning.estimate`` turns it into seconds with the device's measured speed; the formulas
+``core.runs.estimate`` turns it into seconds with the device's measured speed; the formulas
 are listed there.
 """
 

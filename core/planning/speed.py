@@ -1,4 +1,4 @@
-"""A device's speed, for the duration estimates (core.planning.estimate): its effective FLOP/s and
+"""A device's speed, for the duration estimates (core.runs.estimate): its effective FLOP/s and
 a factor per pruning method, measured on the store's finished runs (the defaults without).
 
 - **Effective FLOP/s from a whole run's time, not its evaluation's.** A stored run's rate is

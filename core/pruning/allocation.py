@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from core.errors import ConfigError
-from core.pruning.masks import check_sparsity
+from core.methods.masks import check_sparsity
 
 
 def uniform_allocation(n_layers: int, target: float) -> list[float]:

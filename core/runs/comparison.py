@@ -27,7 +27,6 @@ import torch
 
 from core.data import load_corpus
 from core.errors import ConfigError, DataError
-from core.evaluation.attention_maps import token_labels
 from core.evaluation.compare import (
     LayerDivergence,
     layer_divergence,
@@ -42,6 +41,7 @@ from core.machine.device import resolve_device
 from core.models.load import LoadedModel
 from core.names import EVAL, PRUNE, PRUNED_KINDS
 from core.progress import ProgressFn, report
+from core.runs.attention_maps import token_labels
 from core.runs.rebuild import load_saved, model_of_run
 from core.runs.resources import get_model
 from core.runs.restore import keep_rebuilt, restorable, restore_model

@@ -280,7 +280,7 @@ def plan_relation_sweep(
     """A SliceGPT sweep over the grid; every point is validated. ``seeds``: calibration seeds,
     one slice run per (s, seed) so the intervals resample the calibration draw too (empty:
     the calibration config's own seed, and the run id of a sweep without seeds).
-    ``protocol``: the named protocol its values were fixed by (core.settings.protocol_fields;
+    ``protocol``: the named protocol its values were fixed by (core.requests.protocol_fields;
     it enters the sweep's id, never its points')."""
     grid = tuple(sorted({float(s) for s in sparsities}))
     if not grid:

@@ -16,6 +16,7 @@ from core.analysis.sweep_report import SweepPoint, accuracy_report, relation_rep
 from core.machine.environment import environment_record
 from core.names import DEFAULT_DIM as EFFDIM_COLUMN
 from core.names import (
+    NO_PROTOCOL,
     T_ACCURACY,
     T_ACCURACY_FIT,
     T_KAPPA_RANGE,
@@ -30,7 +31,6 @@ from core.runs.plan import relation_sweep_points
 from core.runs.slice import execute_slice
 from core.runs.store_access import cached_result, result, tee
 from core.settings.config import RunConfig, zeroshot_from
-from core.settings.protocol_fields import NO_PROTOCOL
 from core.store.run_store import RunStore
 
 ACC_FIT_KEYS = ("kappa", "intercept", "r2", "kappa_chance", "r2_chance")

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import ConfigError
-from core.evaluation.tasks import parse_tasks
 from core.names import (
     CALIB_DTYPES,
     CALIB_SAMPLERS,
@@ -27,7 +26,7 @@ from core.names import (
     WINDOW,
     resolve_roles,
 )
-from core.settings.patterns import check_budget, check_sparsity, parse_pattern
+from core.settings.patterns import check_budget, check_sparsity, parse_pattern, parse_tasks
 
 AUTO = "auto"
 STREAM_MODES = {"on": True, "off": False}  # the words of --stream / the form for True / False
@@ -117,7 +116,7 @@ class CalibConfig:
 class PruneConfig:
     """What to prune and how. ``options``: the method's own, as sorted (key, value) pairs in
     a resolved config (what the run id hashes); before planning, the options dataclass the
-    edge built (``core.settings.method_options.typed_options``), which planning hands to the
+    edge built (``core.methods.options.typed_options``), which planning hands to the
     method it builds (``core.runs.plan.resolve_prune``)."""
 
     method: str = "wanda"

@@ -1,5 +1,5 @@
 """One user setting (``Field``) and the kinds of value it takes: what the CLI turns into a
-flag and the app into a widget (core.settings.commands holds the table of every command's
+flag and the app into a widget (core.requests.commands holds the table of every command's
 fields)."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def option(
     default: Any, label: str, help: str, limits: tuple[Any, ...] | None = None, expert: bool = False
 ) -> Any:
     """A field of a method's options dataclass, with its words beside it, which
-    ``core.settings.method_options`` turns into a form field: ``steps: int = option(20, "Gradient
+    ``core.methods.options`` turns into a form field: ``steps: int = option(20, "Gradient
     steps", "cap per group", (1, 1000))``."""
     return dataclasses.field(default=default, metadata={WORDS: Words(label, help, limits, expert)})
 

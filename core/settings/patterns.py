@@ -1,15 +1,17 @@
-"""Sparsity levels, N:M patterns and parameter budgets as numbers: checked and counted without
-tensors, so configs and forms validate them without torch (``core.pruning.masks`` selects the
-masks; ``core.methods.structure.budget`` maps a budget to a method's knob)."""
+"""Sparsity levels, N:M patterns, parameter budgets and zero-shot task names as the user gives
+them: checked and counted without tensors, so configs and forms validate them without torch
+(``core.methods.masks`` selects the masks; ``core.methods.structure.budget`` maps a budget to
+a method's knob)."""
 
 from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable
 from fractions import Fraction
 
 from core.errors import ConfigError
-from core.names import BUDGET_KINDS
+from core.names import BUDGET_KINDS, TASK_NAMES
 
 
 def check_sparsity(sparsity: float) -> float:
@@ -75,3 +77,18 @@ def parse_budget(text: str | float | None) -> float | None:
         f"--budget takes {'|'.join(BUDGET_KINDS)}=F, the fraction of decoder parameters to "
         f"remove (e.g. params=0.25), got {text!r}"
     )
+
+
+def parse_tasks(text: str | Iterable[str]) -> tuple[str, ...]:
+    """'piqa,arc_easy' (or 'all') -> validated zero-shot task names in the given order,
+    duplicates dropped."""
+    names = text.split(",") if isinstance(text, str) else list(text)
+    names = [n.strip() for n in names if n and n.strip()]
+    if names == ["all"]:
+        return TASK_NAMES
+    if not names:
+        raise ConfigError(f"no zero-shot task given; choose from {', '.join(TASK_NAMES)} or all")
+    for n in names:
+        if n not in TASK_NAMES:
+            raise ConfigError(f"unknown task {n!r}; known tasks: {', '.join(TASK_NAMES)} (or all)")
+    return tuple(dict.fromkeys(names))

@@ -32,11 +32,11 @@ from core.machine.process_memory import map_large_blocks
 from core.methods.slicegpt import SLICING_FILE, is_sliced
 from core.models.gguf import GGUF_MODELS, gguf_folder
 from core.models.load import TINY_MODELS, LoadedModel
+from core.models.weights import INDEX_FILE, SHARD_BYTES, SINGLE_FILE, LazyWeights, ShardWriter
 from core.progress import ProgressFn
 from core.pruning.apply import apply_prune
 from core.settings.config import PruneConfig
 from core.stream.residency import StreamedOffload, skeleton
-from core.stream.weights import INDEX_FILE, SHARD_BYTES, SINGLE_FILE, LazyWeights, ShardWriter
 
 # files of a model folder that are not weights or config: tokenizer and generation settings
 _WEIGHT_FILES = {SINGLE_FILE, INDEX_FILE, "config.json", SLICING_FILE}

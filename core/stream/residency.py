@@ -23,7 +23,7 @@ from core.adapters import adapter_for
 from core.machine.process_memory import trim_heap
 from core.methods.slicegpt import SLICING_FILE, SliceSpec, apply_structure
 from core.models.offload import Offload
-from core.stream.weights import LazyWeights, ShardWriter
+from core.models.weights import LazyWeights, ShardWriter
 
 
 def skeleton(

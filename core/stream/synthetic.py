@@ -15,7 +15,7 @@ from accelerate import init_empty_weights
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from core.stream.weights import INDEX_FILE
+from core.models.weights import INDEX_FILE
 
 
 def llama_config(

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import ConfigError
+from core.methods.options import typed_pairs
 from core.names import EVAL, GRID_SWEEP
 from core.runs.plan import check_run, prune_run_config, readable_geometry, zeroshot_run_config
 from core.runs.resources import resolve_model_spec
@@ -36,7 +37,6 @@ from core.settings.config import (
     RunConfig,
     ZeroShotConfig,
 )
-from core.settings.method_options import typed_pairs
 from core.settings.patterns import check_budget, parse_pattern
 
 

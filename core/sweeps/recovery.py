@@ -4,7 +4,8 @@ sparsity before and after, per (method, pattern, allocation, s).
 
 Each point's recovery is an ordinary 'recover' run with the default recovery settings
 (LoRA, C4 train, the point's calibration seed + 1), so a point recovered once is reused, and
-the table is a pure function of the stored runs, as the sweep's own table is.
+the table is a pure function of the stored runs, as the sweep's own table is. The
+recoveries themselves are planned and run by the sweep command (``core.cli.sweep_command``).
 """
 
 from __future__ import annotations
@@ -15,28 +16,10 @@ from typing import Any
 import pandas as pd
 
 from core.names import RECOVER
-from core.progress import ProgressFn
-from core.runs import execute
-from core.settings.request import plan_request
 from core.store.run_store import RunStore
 from core.sweeps.orchestrate import DENSE, TABLE_KEYS
 
 RECOVERED_COLUMNS = (*TABLE_KEYS, "steps", "ppl_before", "ppl_after", "ppl_after_std", "n_runs")
-
-
-def _points(rows: list[dict[str, Any]]) -> list[str]:
-    """The run ids of a sweep table's pruned points (the dense row left out)."""
-    return [i for r in rows if r["method"] != DENSE for i in str(r["run_ids"]).split(",") if i]
-
-
-def recover_points(
-    store: RunStore, rows: list[dict[str, Any]], steps: int, progress: ProgressFn | None = None
-) -> list[str]:
-    """Recover every pruned point of a sweep table for ``steps`` steps, one after another in
-    this process (every recovery is planned first: a bad point fails before any training);
-    returns the recover runs' ids."""
-    configs = [plan_request(RECOVER, {"run": i, "steps": steps}, store) for i in _points(rows)]
-    return [execute(cfg, store, progress)["run_id"] for cfg in configs]
 
 
 def recovered_table(

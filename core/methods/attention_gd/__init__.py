@@ -5,9 +5,11 @@ schedule, step rule, stopping), ``steppers`` (Adam, L-BFGS), ``relax`` (relaxati
 the budget), ``swaps`` (the swap search), ``saliency`` (OBD on the objective), ``diagnostics``
 (assumption checks that can fail) and ``group_view`` (a group as they see it), ``bound`` (the
 analytical Lipschitz bound), ``controls`` / ``synthetic_layer`` / ``power`` / ``verdict_notes``
-(the checks' controls and stated power), ``attribution`` / ``choice`` / ``headroom`` (the
-headroom table's rules and stored analysis), ``ablation`` (which component earns the gain),
-``options`` and ``method`` (the registered ``attention-gd``).
+(the checks' controls and stated power), ``attribution`` / ``headroom`` (the headroom
+table's rules and stored analysis), ``options`` and ``method`` (the registered
+``attention-gd``). The rules that judge it from stored readings are analysis:
+``core.analysis.gd_choice`` (which reading is the default) and ``core.analysis.gd_ablation``
+(which component earns the gain).
 Importing this package registers the method (the registry loads it by module name).
 """
 

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from core.methods.attention_gd.objective import to_heads
+from core.methods.masks import score_mask
 from core.methods.wanda import wanda_scores
-from core.pruning.masks import score_mask
 
 # Tables every attention-gd run writes (pages import these names).
 TABLE_TRAJECTORY, TABLE_GROUPS = "gd_trajectory", "gd_groups"

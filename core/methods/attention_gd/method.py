@@ -42,8 +42,8 @@ from core.methods.attention_gd.saliency import obd_masks
 from core.methods.attention_gd.swaps import swap_search
 from core.methods.base import LayerContext, LinearReport, Method
 from core.methods.linear import relative_reconstruction_error
+from core.methods.masks import check_sparsity, scope_dim, topk_prune_mask
 from core.methods.work import LayerWork, WorkShape
-from core.pruning.masks import check_sparsity, scope_dim, topk_prune_mask
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def group_rows(group: int, r: int, head_dim: int) -> tuple[slice, slice]:
 def binarize(scores: Tensor, sparsity: float, scope: str) -> Tensor:
     """Bool keep mask (out, in) with exactly ⌊sparsity·n⌋ False per row ("row") or per matrix
     ("matrix"); among equal scores the lower index is pruned first (stable sort,
-    core.pruning.masks)."""
+    core.methods.masks)."""
     return ~topk_prune_mask(scores, check_sparsity(sparsity), scope_dim(scope))
 
 

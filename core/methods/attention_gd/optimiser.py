@@ -24,8 +24,8 @@ from core.methods.attention_gd.objective import GroupProblem, HeadExtras, LossGr
 from core.methods.attention_gd.options import DTYPES, INITS, AttentionGDOptions
 from core.methods.attention_gd.relax import Budget, RelaxedLoss
 from core.methods.attention_gd.steppers import ADAM_LR, adam_steps, lbfgs_steps
+from core.methods.masks import score_mask
 from core.methods.wanda import wanda_scores
-from core.pruning.masks import score_mask
 
 log = logging.getLogger(__name__)
 MAX_HALVINGS = 40  # step-size halvings before a step is given up as numerically converged

@@ -29,7 +29,7 @@ from torch import Tensor
 from core.errors import ConfigError
 from core.evaluation.attention_ops import rope_adjoint
 from core.methods.attention_gd.objective import GroupProblem, HeadExtras, to_heads, to_linear
-from core.pruning.masks import score_mask
+from core.methods.masks import score_mask
 
 
 def attention_saliency(problem: GroupProblem) -> tuple[Tensor, Tensor]:

@@ -27,7 +27,7 @@ from core.methods.slicegpt.modules import (
     set_embedding,
     set_linear,
 )
-from core.stream.weights import INDEX_FILE, weight_map
+from core.models.weights import INDEX_FILE, weight_map
 
 
 def apply_structure(model: nn.Module, spec: SliceSpec) -> None:

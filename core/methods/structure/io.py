@@ -24,7 +24,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from core.adapters import ModelAdapter, adapter_for
 from core.errors import ConfigError, ModelLoadError
 from core.methods.structure.spec import STRUCTURE_FILE, StructureSpec, is_structured
-from core.stream.weights import weight_map
+from core.models.weights import weight_map
 
 
 def finish_config(adapter: ModelAdapter, spec: StructureSpec) -> StructureSpec:

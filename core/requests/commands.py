@@ -1,7 +1,7 @@
 """The field-definition table: every setting a user can choose, defined once.
 
 The CLI derives its argument groups from it (``core.cli.main.parser``), the app draws its forms
-from it, and ``core.settings.request`` turns a dict of field values (parsed flags or form values)
+from it, and ``core.requests.request`` turns a dict of field values (parsed flags or form values)
 into the same resolved ``RunConfig``. One set of defaults: the reference protocol of
 Wanda/SparseGPT (calibration 32 × 512 tokens of C4 train, seed 0); SliceGPT's commands keep
 its own reference calibration (WikiText-2 train, seed 42). ``PRESETS`` are named sets of
@@ -14,7 +14,6 @@ import dataclasses
 from typing import Any
 
 from core.errors import ConfigError
-from core.evaluation.tasks import TASK_NAMES
 from core.models.catalog import available_models
 from core.names import (
     CALIB_DTYPES,
@@ -24,13 +23,14 @@ from core.names import (
     MEASURES,
     PATTERNS,
     TARGETS,
+    TASK_NAMES,
     method_names,
 )
-from core.settings.calib_fields import CALIB, SLICEGPT_CALIB
+from core.requests.calib_fields import CALIB, SLICEGPT_CALIB
+from core.requests.protocol_fields import PROTOCOL
+from core.requests.recovery import RECOVER_CALIB, RECOVER_FIELDS
+from core.requests.sweep_axes import SWEEP_CALIB, SWEEP_GRID, method_list, sweep_reference
 from core.settings.field import CHOICE, FLAG, FLOAT, INT, LIST, MULTI, TEXT, Field
-from core.settings.protocol_fields import PROTOCOL
-from core.settings.recovery import RECOVER_CALIB, RECOVER_FIELDS
-from core.settings.sweep_axes import SWEEP_CALIB, SWEEP_GRID, method_list, sweep_reference
 
 
 def _group(group: str, *fields: Field) -> tuple[Field, ...]:

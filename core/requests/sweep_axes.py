@@ -1,5 +1,5 @@
 """The axes of a sweep as fields (methods, sparsities, patterns, allocations, calibration
-seeds), and the calibration a sweep defaults to; core.settings.commands adds them to the sweep
+seeds), and the calibration a sweep defaults to; core.requests.commands adds them to the sweep
 command."""
 
 from __future__ import annotations

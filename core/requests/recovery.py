@@ -1,4 +1,4 @@
-"""The recover command's fields (``core.settings.commands`` lists them under "recover"): which
+"""The recover command's fields (``core.requests.commands`` lists them under "recover"): which
 stored run, the method and its size, the training text and the curve's interval.
 
 Defaults: LoRA of rank 8 (alpha 16, lr 2e-4: the usual LoRA settings of Wanda's and

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from core.analysis import protocol as paper_a
+from core.names import NO_PROTOCOL
 from core.settings.field import CHOICE, Field
 
-NO_PROTOCOL = "none"
 PROTOCOLS = (NO_PROTOCOL, paper_a.PRIMARY)
 PROTOCOL = Field(
     "protocol",

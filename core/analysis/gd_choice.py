@@ -10,7 +10,8 @@ windows by an interval that excludes 0, at every calibration size of the table:
   its 95 % interval resamples layers and seeds (``core.analysis.uncertainty.paired_difference``);
   a candidate qualifies when the upper limit is < 0 at every size; among the qualifying
   rows the one with the lowest mean d over the sizes becomes the default (its options, one
-  line in options.py); if none qualifies the default stays and the README says so.
+  line in core/methods/attention_gd/options.py); if none qualifies the default stays and
+  the README says so.
 
 Wanda + swap is the comparator rather than the default reading because the ablation's
 question is whether the descent adds anything to the swap search it is followed by.

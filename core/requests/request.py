@@ -1,6 +1,6 @@
 """One path from field values (parsed CLI flags, app form values) to a resolved RunConfig.
 
-``plan_request(command, values)`` fills the command's defaults (``core.settings.commands``), checks
+``plan_request(command, values)`` fills the command's defaults (``core.requests.commands``), checks
 every value's type, builds the config dataclasses and plans the run (``core.runs.plan``),
 so CLI, app and background jobs validate the same way and get the same run id.
 """
@@ -14,8 +14,11 @@ from typing import Any
 
 from core.data import check_text_file, default_data_dir
 from core.errors import ConfigError
+from core.methods.options import typed_options, typed_pairs
 from core.models.catalog import check_model_name
-from core.names import RELATION_SWEEP
+from core.names import NO_PROTOCOL, RELATION_SWEEP
+from core.requests.commands import command_fields, defaults, sweep_reference
+from core.requests.protocol_fields import UNSET_UNDER_PROTOCOL, primary_values
 from core.runs import (
     RunOptions,
     plan_eval,
@@ -26,7 +29,6 @@ from core.runs import (
 )
 from core.runs.recovery_parent import parent_of_recovery, plan_recover
 from core.runs.sensitivity import plan_sensitivity
-from core.settings.commands import command_fields, defaults, sweep_reference
 from core.settings.config import (
     CalibConfig,
     DataSpec,
@@ -38,10 +40,8 @@ from core.settings.config import (
     ZeroShotConfig,
 )
 from core.settings.field import FLOAT, INT, LIST, MULTI, Field, method_list
-from core.settings.method_options import typed_options, typed_pairs
 from core.settings.outputs import FOLDER, check_output
 from core.settings.patterns import parse_budget
-from core.settings.protocol_fields import NO_PROTOCOL, UNSET_UNDER_PROTOCOL, primary_values
 from core.store.run_store import RunStore
 from core.sweeps.grid import GridSpec
 
@@ -230,7 +230,7 @@ def _same(name: str, a: Any, b: Any) -> bool:
 
 def with_protocol(v: Mapping[str, Any]) -> dict[str, Any]:
     """The sweep's values with the fields its ``protocol`` fixes
-    (core.settings.protocol_fields); a field given another value than its default and the
+    (core.requests.protocol_fields); a field given another value than its default and the
     protocol's, or zero-shot tasks or method options, is an error (the points would not be
     the protocol's slice runs)."""
     out = dict(v)

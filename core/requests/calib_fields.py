@@ -1,5 +1,5 @@
 """The calibration fields (corpus, sequences, tokens, seed, sampler) and SliceGPT's reference
-calibration; core.settings.commands adds them to the prune, slice and sweep commands."""
+calibration; core.requests.commands adds them to the prune, slice and sweep commands."""
 
 from __future__ import annotations
 
