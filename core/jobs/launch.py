@@ -144,6 +144,7 @@ def _wait_gone(pid: int, host: str | None, timeout: float) -> bool:
     while True:
         reap()  # a child of this process stays a zombie until waited for
         if process_gone(pid, host):
+            reap()  # it may have become one since
             return True
         if time.monotonic() >= deadline:
             return False

@@ -126,10 +126,6 @@ class JobReporter:
             self._write(**values)
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def error_text(exc: BaseException) -> str:
     """A failure's message as the job row keeps it (a PruneScopeError's own words)."""
     return str(exc) if isinstance(exc, PruneScopeError) else f"{type(exc).__name__}: {exc}"
@@ -139,15 +135,22 @@ def error_text(exc: BaseException) -> str:
 def job_process(store: RunStore, job_id: str) -> Iterator[JobReporter]:
     """Run a job's work with its row kept: 'running' and progress while it works, then
     'done', 'cancelled' (SIGTERM or SIGINT) or 'failed' with the error."""
+    signalled = threading.Event()
+
+    def interrupt(signum: int, frame: Any) -> None:
+        signalled.set()
+        raise KeyboardInterrupt(f"signal {signum}")
+
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_interrupt)
+        signal.signal(signal.SIGTERM, interrupt)
     reporter = JobReporter(store, job_id)
     try:
         yield reporter
-    except KeyboardInterrupt:
-        reporter.finish(CANCELLED, CANCELLED_ERROR)
-        raise
     except BaseException as exc:
-        reporter.finish(FAILED, error_text(exc))
+        # a library may turn the interrupt into an error of its own: still a cancel
+        if isinstance(exc, KeyboardInterrupt) or signalled.is_set():
+            reporter.finish(CANCELLED, CANCELLED_ERROR)
+        else:
+            reporter.finish(FAILED, error_text(exc))
         raise
     reporter.finish(DONE)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any, Protocol
 
 from core.store.heartbeat import pid_alive
@@ -106,14 +105,8 @@ COLUMNS = tuple(f.name for f in fields(JobRow))
 
 def process_gone(pid: int | None, host: str | None) -> bool:
     """Whether job process ``pid`` is gone as far as this host can tell: no such process, a
-    zombie (ended, not yet waited for by its parent), or a pid of another host."""
-    if not pid_alive(pid, host):
-        return True
-    try:  # Linux: field 3 of /proc/<pid>/stat is the state; Z = zombie
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+    zombie (core.store.heartbeat.pid_alive), or a pid of another host."""
+    return not pid_alive(pid, host)
 
 
 def read_state(row: JobRow, now: float | None = None, stale_s: float = JOB_STALE_S) -> str:
