@@ -21,7 +21,7 @@ from core.jobs.status import JobStatus
 from core.runs import plan_eval
 from core.settings import request as requests
 from core.settings.config import ModelSpec, RunConfig
-from core.store.jobs_table import JOB_STALE_S, RUNNING, JobRow, insert_job
+from core.store.jobs_table import JOB_STALE_S, RUNNING, JobRow, get_job, insert_job
 from core.store.run_store import RunStore
 
 
@@ -196,6 +196,25 @@ def test_real_queue_of_two_tiny_runs(store) -> None:
         time.sleep(1)
     assert [i.state for i in status.items] == ["done", "done"], status
     assert store.get(status.items[1].run_id).kind == "prune"
+    driver = get_job(store, queue.queue_job("q"))  # the driver's own row, as every job's
+    assert (driver.state, driver.done, driver.total) == ("done", 2, 2)
+
+
+def test_the_driver_starts_through_the_one_launch(store, monkeypatch) -> None:
+    """The driver is a job launched like every other (core.jobs.launch.launch_process); a
+    second start while it runs starts nothing."""
+    launched = []
+
+    def launch(st, job_id, kind, run_id, argv):
+        launched.append((job_id, kind, run_id, list(argv)))
+        driver_row(st, "q", os.getpid(), socket.gethostname())
+
+    monkeypatch.setattr(queue, "launch_process", launch)
+    queue.start_queue(store, "q", items("a"))
+    queue.start_queue(store, "q", items("a"))
+    argv = ["-m", "core.jobs.queue", "--store", str(store.root), "--job", "queue-q", "q"]
+    assert launched == [("queue-q", queue.QUEUE, None, argv)]
+    assert queue.queue_status(store, "q").state == "running"
 
 
 def test_piece_times_say_what_each_piece_has_left() -> None:
