@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import sqlite3
@@ -82,11 +83,18 @@ def test_a_row_reads_lost_only_when_stale_and_its_process_gone() -> None:
         assert read_state(running_row("f", zombie.pid, stale)) == LOST
         assert read_state(running_row("g", 99, stale, host="elsewhere")) == LOST
         assert read_state(running_row("h", None, stale)) == LOST  # never got a pid
-        # the bound itself: just inside reads running, just outside lost
+        # the bound itself, over 50 draws of the beat's age on each side (every one must hold):
+        # a gone process inside the bound reads running, outside it lost
+        rng = random.Random(46)
         row = running_row("i", ended_pid(), 0.0)
-        beat = row.heartbeat
-        assert read_state(row, now=beat + JOB_STALE_S - 0.5) == RUNNING
-        assert read_state(row, now=beat + JOB_STALE_S + 0.5) == LOST
+        inside = [rng.uniform(0.0, JOB_STALE_S - 0.01) for _ in range(50)]
+        outside = [rng.uniform(JOB_STALE_S + 0.01, 100 * JOB_STALE_S) for _ in range(50)]
+        negatives = [read_state(row, now=row.heartbeat + age) == RUNNING for age in inside]
+        positives = [read_state(row, now=row.heartbeat + age) == LOST for age in outside]
+        assert sum(negatives) / 50 == 1.0 and sum(positives) / 50 == 1.0
+        # and a live process keeps its row at any age
+        alive = running_row("j", os.getpid(), 0.0)
+        assert all(read_state(alive, now=alive.heartbeat + age) == RUNNING for age in outside)
     finally:
         zombie.wait()
 
