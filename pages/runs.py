@@ -1,7 +1,7 @@
-"""Runs: every stored run in one sortable table; compare, delete or export a selection (its
-ids in the URL, so a link shows the same runs); recover one selected prune/slice run by
-fine-tuning (pages.recovery_views); a prune run's calibration sensitivity
-(pages.sensitivity_views)."""
+"""Runs: the jobs at work (state and progress from the store's jobs table), every stored run
+in one sortable table; compare, delete or export a selection (its ids in the URL, so a link
+shows the same runs); recover one selected prune/slice run by fine-tuning
+(pages.recovery_views); a prune run's calibration sensitivity (pages.sensitivity_views)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,23 @@ st.caption(
     f"Everything PruneScope has computed lives in `{store.root}`. Select rows to compare "
     "them on one chart, export them, or delete them. Click a column header to sort."
 )
+
+working = jobs.active_jobs(store)  # from the jobs table alone (core.jobs.status)
+if working:
+    st.subheader("Jobs at work")
+    st.dataframe(
+        jobs.jobs_frame(working),
+        key="jobs_table",
+        hide_index=True,
+        column_config={
+            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0),
+            "elapsed s": st.column_config.NumberColumn(format="%.0f"),
+            "eta s": st.column_config.NumberColumn(format="%.0f"),
+        },
+    )
+    if st.button("Refresh", help="re-read the jobs; a job whose process is gone is marked lost"):
+        jobs.reconcile_jobs(store)
+        st.rerun()
 
 records = list_runs(store)
 if not records:

@@ -21,6 +21,7 @@ from core.jobs.status import JobStatus
 from core.requests import request as requests
 from core.runs import plan_eval
 from core.settings.config import ModelSpec, RunConfig
+from core.store.jobs_table import JOB_STALE_S, RUNNING, JobRow, get_job, insert_job
 from core.store.run_store import RunStore
 
 
@@ -155,12 +156,28 @@ def test_cancelled_queue_skips_what_had_not_started(store, monkeypatch) -> None:
     assert status.state == "cancelled"
 
 
+def driver_row(store: RunStore, name: str, pid: int, host: str, beat_age: float = 0.0) -> None:
+    """The driver's row of the jobs table, 'running' as its process last wrote it."""
+    now = time.time()
+    row = JobRow(
+        id=queue.queue_job(name),
+        kind=queue.QUEUE,
+        state=RUNNING,
+        started=now - beat_age - 1.0,
+        pid=pid,
+        host=host,
+        heartbeat=now - beat_age,
+    )
+    insert_job(store, row)
+
+
 def test_a_driver_that_died_reads_as_interrupted(store) -> None:
     write_queue(store, ("a",))
     state = queue.read_queue(store, "q")
-    state.update(pid=2**22 + 12345, host="elsewhere")  # no such process
     state["items"][0]["state"] = "running"
     queue._write(store, "q", state)
+    # its row went stale and its process cannot be seen: lost (core.store.jobs_table)
+    driver_row(store, "q", 2**22 + 12345, "elsewhere", beat_age=2 * JOB_STALE_S)
     status = queue.queue_status(store, "q")
     assert status.state == "interrupted" and status.items[0].state == "interrupted"
 
@@ -179,6 +196,25 @@ def test_real_queue_of_two_tiny_runs(store) -> None:
         time.sleep(1)
     assert [i.state for i in status.items] == ["done", "done"], status
     assert store.get(status.items[1].run_id).kind == "prune"
+    driver = get_job(store, queue.queue_job("q"))  # the driver's own row, as every job's
+    assert (driver.state, driver.done, driver.total) == ("done", 2, 2)
+
+
+def test_the_driver_starts_through_the_one_launch(store, monkeypatch) -> None:
+    """The driver is a job launched like every other (core.jobs.launch.launch_process); a
+    second start while it runs starts nothing."""
+    launched = []
+
+    def launch(st, job_id, kind, run_id, argv):
+        launched.append((job_id, kind, run_id, list(argv)))
+        driver_row(st, "q", os.getpid(), socket.gethostname())
+
+    monkeypatch.setattr(queue, "launch_process", launch)
+    queue.start_queue(store, "q", items("a"))
+    queue.start_queue(store, "q", items("a"))
+    argv = ["-m", "core.jobs.queue", "--store", str(store.root), "--job", "queue-q", "q"]
+    assert launched == [("queue-q", queue.QUEUE, None, argv)]
+    assert queue.queue_status(store, "q").state == "running"
 
 
 def test_piece_times_say_what_each_piece_has_left() -> None:
@@ -205,9 +241,9 @@ def test_piece_times_say_what_each_piece_has_left() -> None:
 def test_a_running_items_elapsed_is_its_time_so_far(store) -> None:
     write_queue(store, ("a", "b"))
     state = queue.read_queue(store, "q")
-    state.update(pid=os.getpid(), host=socket.gethostname())
     state["items"][0].update(state="running", started=time.time() - 42.0)
     queue._write(store, "q", state)
+    driver_row(store, "q", os.getpid(), socket.gethostname())
     first = queue.queue_status(store, "q").items[0]
     assert first.state == "running" and 42.0 <= first.elapsed < 60.0
 
@@ -216,10 +252,11 @@ def test_a_running_items_elapsed_is_its_time_so_far(store) -> None:
 def demo_state(store: RunStore, states: list[str], pid: int | None) -> None:
     write_queue(store, tuple(f"p{i}" for i in range(len(states))))
     state = queue.read_queue(store, "q")
-    state.update(pid=pid, host=socket.gethostname())
     for item, s in zip(state["items"], states, strict=True):
         item["state"] = s
     queue._write(store, demo.QUEUE, state)
+    if pid is not None:
+        driver_row(store, demo.QUEUE, pid, socket.gethostname())
 
 
 def test_home_offers_the_demo_set_with_its_estimated_time(store) -> None:

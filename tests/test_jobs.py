@@ -1,10 +1,11 @@
-"""Background jobs: argv building, validation before launch, status, cancel, failure, clean-up."""
+"""Background jobs: argv building, validation before launch, status, cancel, failure, clean-up
+(the jobs table itself, the liveness rule and cancel's escalation: tests/test_jobs_state.py)."""
 
 from __future__ import annotations
 
-import json
 import time
 import zipfile
+from dataclasses import replace
 from io import BytesIO
 
 import pytest
@@ -13,6 +14,7 @@ from core import jobs
 from core.errors import ConfigError, ModelLoadError
 from core.requests import commands as fields
 from core.requests import request as requests
+from core.store.jobs_table import JobRow, get_job
 from core.store.run_store import RunStore
 
 TINY = {
@@ -65,35 +67,15 @@ def test_fields_describe_the_prune_command() -> None:
         fields.command_fields("nope")
 
 
-def test_stage_eta_from_the_current_stage_only() -> None:
-    ev = [
-        {"t": 0.0, "stage": "eval", "done": 0, "total": 2},
-        {"t": 5.0, "stage": "eval", "done": 2, "total": 2},
-        {"t": 10.0, "stage": "prune", "done": 0, "total": 4},
-        {"t": 12.0, "stage": "prune", "done": 1, "total": 4},
-    ]
-    assert jobs.stage_eta(ev, now=12.0) == pytest.approx(6.0)  # 2 s/layer × 3 layers
-    assert jobs.stage_eta(ev, now=13.0) == pytest.approx(5.0)
-    assert jobs.stage_eta(ev[:3], now=11.0) is None  # no step finished yet
-    assert jobs.stage_eta(ev[:2], now=6.0) == 0.0
-    assert jobs.stage_eta([], now=0.0) is None
-
-
-def test_log_error_and_log_result(tmp_path) -> None:
-    log = tmp_path / "job.log"
-    log.write_text("progress...\nerror: sparsity must be in [0, 1), got 2.0\n")
-    assert jobs.log_error(log) == "sparsity must be in [0, 1), got 2.0"
-    log.write_text("Traceback (most recent call last):\n  File x\nRuntimeError: out of memory\n")
-    assert jobs.log_error(log) == "RuntimeError: out of memory"
-    log.write_text('{"run_id": "abc", "cached": true}\n')
-    assert jobs.log_error(log) is None and jobs.log_result(log)["run_id"] == "abc"
-    assert jobs.log_result(tmp_path / "missing.log") == {}
-
-
-def test_read_progress_skips_old_and_broken_lines(tmp_path) -> None:
-    path = tmp_path / "p.jsonl"
-    path.write_text('{"t": 1, "stage": "a"}\nnot json\n{"t": 5, "stage": "b"}\n')
-    assert [e["stage"] for e in jobs.read_progress(path, since=2)] == ["b"]
+def test_eta_from_the_current_stage_only() -> None:
+    """The row keeps when its stage began and at which step: 2 s per step over 1 step."""
+    row = JobRow("j", "prune", "running", 0.0, stage="prune", done=1, total=4)
+    row = replace(row, stage_started=10.0, stage_done0=0, progress_t=12.0)
+    assert jobs.row_eta(row, now=12.0) == pytest.approx(6.0)  # 2 s/layer × 3 layers
+    assert jobs.row_eta(row, now=13.0) == pytest.approx(5.0)
+    assert jobs.row_eta(replace(row, done=0), now=11.0) is None  # no step finished yet
+    assert jobs.row_eta(replace(row, done=4), now=20.0) == 0.0
+    assert jobs.row_eta(replace(row, total=0), now=12.0) is None
 
 
 # ---- validation before launch --------------------------------------------------------------------
@@ -166,6 +148,7 @@ def bg_jobs(tmp_path_factory) -> dict:
         "ok": ok,
         "joined": joined,
         "sliced": sliced,
+        "slow": slow,
         "cancel_sent": cancelled,
         "status": {
             name: wait(store, job)
@@ -187,12 +170,12 @@ def test_job_runs_to_done_under_its_planned_id(bg_jobs) -> None:
     assert status.run_id == job_id and status.elapsed > 0
     run = store.load(job_id)
     assert run.metrics["ppl"] > 0 and "layers" in run.tables()
-    job = json.loads(jobs.job_path(store, job_id).read_text())
-    assert "--save" in job["argv"] and "--quiet" in job["argv"]
-    assert "--force" in job["argv"]  # the app's own model folder is written over on a rerun
+    argv = get_job(store, job_id).argv
+    assert "--save" in argv and "--quiet" in argv and argv[argv.index("--job") + 1] == job_id
+    assert "--force" in argv  # the app's own model folder is written over on a rerun
 
 
-def test_unplanned_job_finds_its_run_by_pid(bg_jobs) -> None:
+def test_unplanned_job_records_the_run_it_made(bg_jobs) -> None:
     status = bg_jobs["status"]["dense"]
     assert status.job_id.startswith("job-") and status.state == "done", status.error
     rec = bg_jobs["store"].get(status.run_id)
@@ -204,6 +187,7 @@ def test_failed_and_cancelled_jobs_leave_the_store_consistent(bg_jobs) -> None:
     assert failed.state == "failed"
     assert "empty" in failed.error
     assert bg_jobs["cancel_sent"] and cancelled.state == "cancelled"
+    assert bg_jobs["store"].get(bg_jobs["slow"]).status == "cancelled"  # SIGTERM: a clean stop
     assert [r for r in bg_jobs["store"].list() if r.status == "running"] == []
 
 

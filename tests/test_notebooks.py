@@ -8,6 +8,7 @@ import json
 import socket
 import subprocess
 import time
+from dataclasses import replace
 
 import nbformat
 import pytest
@@ -20,12 +21,12 @@ from core.figures.compare import layer_curves, layer_frame, run_series, token_nl
 from core.figures.laws import laws_chart
 from core.figures.sweeps import sweep_curves
 from core.jobs.grid_sweep import cell_rows, grid_path, grid_table
-from core.jobs.records import log_path, write_job
 from core.names import GRID_SWEEP, T_LAWS
 from core.notebooks import compare_notebook, grid_notebook, sweep_notebook
 from core.runs import plan_eval, plan_prune, run_prune
 from core.runs.comparison import compare_run
 from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
+from core.store.jobs_table import DONE, JobRow, insert_job
 
 TINY = ModelSpec("tiny-llama", "cpu", "float32")
 EVAL = EvalConfig(DataSpec("pydoc", "test"), seqlen=64, max_windows=2)
@@ -90,8 +91,8 @@ def test_sweep_notebook_rebuilds_the_laws_figure(store):
 
 
 def finished_grid(store) -> tuple[str, list[str]]:
-    """A grid sweep job as the Sweeps page finds it once done: its cells, its record (a process
-    that has ended) and its log's last line; its points are real runs made here."""
+    """A grid sweep job as the Sweeps page finds it once done: its cells and its row of the
+    jobs table (a process that has ended, its outcome written); its points are real runs."""
     dense = plan_eval(TINY, EVAL)
     points = [plan_prune(TINY, PruneConfig("magnitude", s), CALIB, EVAL) for s in (0.25, 0.5)]
     for cfg in points:
@@ -101,13 +102,9 @@ def finished_grid(store) -> tuple[str, list[str]]:
     grid_path(store, job_id).write_text(json.dumps(cell_rows(configs)))
     ended = subprocess.Popen(["true"])
     ended.wait()
-    write_job(
-        store,
-        {"id": job_id, "command": GRID_SWEEP, "run_id": job_id, "argv": [],
-         "pid": ended.pid, "host": socket.gethostname(),
-         "started": time.time() - 60, "planned": False, "cancel_requested": None},
-    )  # fmt: skip
-    log_path(store, job_id).write_text(json.dumps({"run_ids": [c.run_id for c in configs]}))
+    now = time.time()
+    row = JobRow(job_id, GRID_SWEEP, DONE, now - 60, job_id, ended.pid, socket.gethostname())
+    insert_job(store, replace(row, heartbeat=now, finished=now))  # as its process left it
     return job_id, [c.run_id for c in configs]
 
 

@@ -31,6 +31,7 @@ from core.cli import sweep_command as cli_sweep
 from core.cli.output import TqdmProgress, print_human
 from core.errors import ConfigError, PruneScopeError
 from core.families import family_support, method_patterns
+from core.jobs.reporter import job_process
 from core.methods import available_methods, get_method
 from core.methods.options import option_fields
 from core.models.catalog import EMBEDDED_MODEL
@@ -39,6 +40,7 @@ from core.names import GRID_SWEEP
 from core.requests.commands import CHOICE, COMMANDS, FLAG, FLOAT, INT, LIST, Field, command_fields
 from core.requests.request import plan_request, run_options, save_folder
 from core.runs import RunOptions, effdim_report, execute
+from core.runs.store_access import tee
 from core.settings.config import RunConfig
 from core.store.run_store import RunStore
 from core.sweeps.executors import LocalExecutor
@@ -124,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--save", default=None, metavar="DIR", help="save the changed model in DIR")
     p.add_argument("--activations-on-cpu", action="store_true")
+    p.add_argument(
+        "--job",
+        default=None,
+        metavar="ID",
+        help="run as background job ID: its row of the store's jobs table records state, "
+        "progress and outcome (core.jobs.reporter)",
+    )
     _add_common(p)
 
     p = sub.add_parser(
@@ -188,6 +197,15 @@ def cmd_run_config(args: argparse.Namespace, progress: TqdmProgress) -> dict[str
     return execute(cfg, store, progress, opts)
 
 
+def cmd_job(args: argparse.Namespace, progress: TqdmProgress) -> dict[str, Any]:
+    """``run --config FILE --job ID``: a background job's process. Its row of the jobs table
+    (core.jobs.reporter) gets the progress, the run it produced and its outcome."""
+    with job_process(RunStore(args.store), args.job) as reporter:
+        out = cmd_run_config(args, tee(progress, reporter))
+        reporter.result(out.get("run_id"))
+    return out
+
+
 def cmd_effdim(args: argparse.Namespace, progress: TqdmProgress) -> dict[str, Any]:
     store = RunStore(args.store)
     out = effdim_report(store, args.run_ids or None)
@@ -229,7 +247,7 @@ def _dispatch(args: argparse.Namespace, progress: TqdmProgress) -> Any:
     if args.command == "sensitivity":
         return cli_sensitivity.cmd_sensitivity(args, progress)
     if args.command == "run":
-        return cmd_run_config(args, progress)
+        return cmd_job(args, progress) if args.job else cmd_run_config(args, progress)
     if args.command == "effdim":
         return cmd_effdim(args, progress)
     return cmd_run_command(args, progress)

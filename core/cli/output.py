@@ -323,6 +323,13 @@ def _fmt(x: Any) -> str:
     return f"{x:.4g}" if isinstance(x, float) else str(x)
 
 
+def job_text(row: dict[str, Any]) -> str:
+    """A ``runs list`` row's job in words: state, stage and steps, e.g. 'running prune 3/8'."""
+    steps = f" {row['done']}/{row['total']}" if row.get("total") else ""
+    stage = f" {row['stage']}{steps}" if row.get("stage") else ""
+    return f"{row['job_state']}{stage}"
+
+
 def print_human(command: str, out: Any) -> None:
     if command == "methods":
         for m in out["methods"]:
@@ -338,6 +345,10 @@ def print_human(command: str, out: Any) -> None:
             return
         cols = ["id", "kind", "status", "model", "method", "sparsity", "pattern", "dataset", "ppl"]
         rows = [[_fmt(r.get(c)) if r.get(c) is not None else "-" for c in cols] for r in out]
+        if any(r.get("job") for r in out):  # jobs at work: state and progress
+            cols.append("job")
+            for row, r in zip(rows, out, strict=True):
+                row.append(job_text(r) if r.get("job") else "-")
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
         print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
         for r in rows:

@@ -3,6 +3,11 @@
 A finished run whose folder is damaged (core.store.integrity) shows as 'damaged' in ``list``
 and ``show``; the commands that read it (export, report) refuse it with the one message naming
 the file and the way out. Output paths are checked first (core.settings.outputs).
+
+``list`` also shows the background jobs at work (their state and progress, from the store's
+jobs table alone: core.jobs.status): a run's row carries its job's, and a job whose run has
+no row yet is a row of its own. Listing first reconciles (``reconcile_jobs``): a job that
+reads 'lost' is stored so, and run rows its process left 'running' become 'interrupted'.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import DamagedRunError, StoreError
+from core.jobs.status import JobStatus, active_jobs, reconcile_jobs
 from core.report import write_report
 from core.settings.outputs import FOLDER, check_output
 from core.store.reindex import rebuild_index
@@ -60,9 +66,28 @@ def cmd_reindex(root: str | None) -> dict[str, Any]:
     return {"store": str(root_path), **dataclasses.asdict(done)}
 
 
+def job_fields(status: JobStatus | None) -> dict[str, Any]:
+    """A job's state and progress as ``runs list`` shows them beside its run."""
+    if status is None:
+        return {"job": None}
+    return {
+        "job": status.job_id,
+        "job_state": status.state,
+        "phase": status.phase,
+        "stage": status.stage,
+        "done": status.done,
+        "total": status.total,
+        "progress": status.fraction,
+        "elapsed": status.elapsed,
+    }
+
+
 def runs_list(store: RunStore, kind: str | None, status: str | None) -> list[dict[str, Any]]:
-    """``runs list``: one row per run; a finished run whose folder is damaged shows as
-    'damaged', its error the message naming the file and the way out."""
+    """``runs list``: one row per run, then one per active job whose run has no row yet; a
+    run's row carries its active job's state and progress; a finished run whose folder is
+    damaged shows as 'damaged', its error the message naming the file and the way out."""
+    reconcile_jobs(store)
+    by_run = {j.run_id or j.job_id: j for j in reversed(active_jobs(store))}  # newest wins
     rows = []
     for r in store.list(kind, status):
         damage = store.damage(r)
@@ -79,8 +104,12 @@ def runs_list(store: RunStore, kind: str | None, status: str | None) -> list[dic
                 "ppl": r.summary.get("ppl"),
                 "created": r.created,
                 "error": damage or r.error,
+                **job_fields(by_run.pop(r.id, None)),
             }
         )
+    for run_id, job in by_run.items():  # started, its run not begun yet
+        if (kind is None or job.kind == kind) and (status is None or job.state == status):
+            rows.append({"id": run_id, "kind": job.kind, "status": job.state, **job_fields(job)})
     return rows
 
 

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from core.errors import ConfigError
-from core.jobs.records import config_path, job_path, log_path, model_dir
+from core.jobs.records import config_path, log_path, model_dir
+from core.store.jobs_table import delete_job, jobs_of_run
 from core.store.run_store import RunStore
 
 
@@ -33,11 +34,14 @@ def save_corpus(store: RunStore, name: str, data: bytes, limit_mb: int) -> str:
 
 
 def delete_run(store: RunStore, run_id: str) -> None:
-    """Delete a run with its job files and any model the app saved for it."""
+    """Delete a run with its jobs (their rows and files) and any model the app saved for
+    it."""
     rec = store.get(run_id)
     store.delete(rec.id)
-    for path in (job_path(store, rec.id), log_path(store, rec.id), config_path(store, rec.id)):
-        path.unlink(missing_ok=True)
+    for job_id in {rec.id, *(j.id for j in jobs_of_run(store, rec.id))}:
+        delete_job(store, job_id)
+        log_path(store, job_id).unlink(missing_ok=True)
+        config_path(store, job_id).unlink(missing_ok=True)
     shutil.rmtree(model_dir(store, rec.id), ignore_errors=True)
 
 

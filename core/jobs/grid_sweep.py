@@ -5,17 +5,17 @@ each cell's state back from the store while it runs.
 
     job = start_grid_job(store, {"method": "wanda,sparsegpt", "sparsities": "0.3,0.5"})
     status = grid_status(store, job)    # state, cells (done / running / queued ...), error
-    cancel(store, job)                  # core.jobs.cancel: SIGINT, SIGTERM after GRACE_S
+    cancel(store, job)                  # core.jobs.cancel: SIGTERM, SIGKILL after GRACE_S
 
 Files beside the other jobs' (core.jobs.records): <job>.grid.json lists the grid's cells,
-<job>.config.json is the resolved grid (core.sweeps.grid.GridJob).
+<job>.config.json is the resolved grid (core.sweeps.grid.GridJob). The job's state is its row
+of the jobs table (core.jobs.status); each cell's, its run's index row.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,13 +24,14 @@ from typing import Any
 import pandas as pd
 
 from core.errors import StoreError
-from core.jobs.launch import escalate, launch_config
-from core.jobs.records import alive, config_path, log_path, read_job
-from core.jobs.status import log_error, log_result
+from core.jobs.launch import is_active, launch_config
+from core.jobs.records import config_path
+from core.jobs.status import status_of
 from core.names import GRID_SWEEP, PRUNED_KINDS
 from core.requests.request import grid_spec
 from core.runs.estimate import estimate_many
 from core.settings.config import RunConfig
+from core.store.jobs_table import get_job
 from core.store.run_store import RunStore
 from core.sweeps.grid import GridJob, resolve_grid
 from core.sweeps.orchestrate import CELL_STATES, sweep_table
@@ -90,8 +91,7 @@ def start_grid_job(store: RunStore, values: Mapping[str, Any]) -> str:
     executor); return the job id."""
     plan = plan_grid_job(store, values)
     job_id = plan.job_id
-    old = read_job(store, job_id)
-    if old is not None and alive(old.get("pid"), old.get("host")):
+    if is_active(store, job_id):
         return job_id
     grid_path(store, job_id).write_text(json.dumps(cell_rows(plan.configs)))
     path = config_path(store, job_id)
@@ -130,46 +130,36 @@ def _cell_state(status: str | None, created: float | None, started: float) -> st
 
 
 def grid_status(store: RunStore, job_id: str) -> GridStatus:
-    """Each cell's state from the store's index, and the job's (cheap: polled each second)."""
-    job = read_job(store, job_id)
+    """The job's state from its row of the jobs table, each cell's from its run's index row
+    (a pure read, cheap: polled each second)."""
     try:
         rows = json.loads(grid_path(store, job_id).read_text())
     except (OSError, json.JSONDecodeError):
         rows = None
-    if job is None or rows is None:
+    row = get_job(store, job_id)
+    if row is None or rows is None:
         return GridStatus(job_id, "unknown", error=f"no sweep job {job_id!r}")
-    escalate(store, job)
-    running = alive(job["pid"], job["host"])
-    index = {r.id: r for r in store.list()}
+    job = status_of(row)
     cells = pd.DataFrame(rows, columns=list(CELL_COLUMNS))
+    ids = list(cells["run_id"])
+    index = {
+        r["id"]: r
+        for r in store.query(
+            f"SELECT id, status, created FROM runs WHERE id IN ({', '.join('?' * len(ids))})",
+            tuple(ids),
+        )
+    }
     cells["state"] = [
         _cell_state(
-            index[i].status if i in index else None,
-            index[i].created if i in index else None,
-            job["started"],
+            index[i]["status"] if i in index else None,
+            index[i]["created"] if i in index else None,
+            row.started,
         )
-        for i in cells["run_id"]
+        for i in ids
     ]
-    if not running and (cells["state"] == RUNNING).any():
-        store.reconcile()  # rows its dead process left 'running'
-    elapsed = time.time() - job["started"]
-    if running:
-        state = RUNNING if job.get("cancel_requested") is None else "cancelling"
-        return GridStatus(job_id, state, cells, elapsed)
-    logp = log_path(store, job_id)
-    if log_result(logp):  # the JSON object a successful sweep prints last
-        return GridStatus(job_id, "done", cells, _finished_elapsed(logp, job))
-    if job.get("cancel_requested") is not None:
-        return GridStatus(job_id, "cancelled", cells, elapsed, "cancelled by the user")
-    error = log_error(logp) or "the sweep ended without a result"
-    return GridStatus(job_id, "failed", cells, elapsed, error)
-
-
-def _finished_elapsed(logp: Path, job: dict[str, Any]) -> float:
-    try:
-        return logp.stat().st_mtime - job["started"]
-    except OSError:
-        return 0.0
+    # queued: its process is starting; lost: it ended without an outcome (job.error says)
+    state = {"queued": RUNNING, "lost": "failed"}.get(job.state, job.state)
+    return GridStatus(job_id, state, cells, job.elapsed, job.error)
 
 
 def cell_grid(cells: pd.DataFrame, names: dict[str, str] | None = None) -> pd.DataFrame:

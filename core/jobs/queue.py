@@ -2,14 +2,16 @@
 
 ``start_queue`` writes the list of items (each a resolved RunConfig, as JSON) to
 ``<root>/progress/<name>.queue.json`` and starts a driver process (``python -m
-core.jobs.queue``) that starts each item's config with ``start_config_job`` (the one launch
-protocol: ``python -m core run --config FILE``), waits for its job to finish and records the
-outcome in the same file, so each piece is an ordinary job (own log, progress, cancel) and
-the app reads the whole set from one small file:
+core.jobs.queue``) as a job of its own (``queue_job(name)``, launched by
+``core.jobs.launch.launch_process`` like every job, its state in the jobs table). The driver
+starts each item's config with ``start_config_job`` (the one launch protocol: ``python -m
+core run --config FILE``), waits for its job to finish and records the outcome in the same
+file, so each piece is an ordinary job (own row, log, cancel) and the app reads the whole set
+from one small file and the driver's row:
 
     start_queue(store, "demo", [QueueItem("dense", "Dense baseline", eval_config), ...])
     status = queue_status(store, "demo")   # per item: state, run id, elapsed; the live job
-    cancel_queue(store, "demo")            # SIGINT: the running job is cancelled, the rest skipped
+    cancel_queue(store, "demo")            # the running job is cancelled, the rest skipped
 
 One at a time on purpose: on a CPU two jobs share the cores and neither finishes sooner.
 """
@@ -21,9 +23,6 @@ import json
 import logging
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,16 +30,18 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import PruneScopeError
-from core.jobs.launch import PROJECT_ROOT, cancel, start_config_job
-from core.jobs.records import CHILDREN, alive, send_signal
+from core.jobs.launch import GRACE_S, cancel, is_active, launch_process, start_config_job
+from core.jobs.reporter import CANCELLED_ERROR, job_process
 from core.jobs.status import FINISHED, JobStatus, job_status
+from core.progress import ProgressFn, report
 from core.settings.config import RunConfig
+from core.store.jobs_table import ACTIVE, CANCELLED, get_job, read_state
 from core.store.run_store import RunStore
 
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0
-START_S = 60.0  # a driver that has not recorded its pid by then never started
+QUEUE = "queue"  # the driver job's kind
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,11 @@ class QueueStatus:
         return sum(i.state in (*FINISHED, "skipped") for i in self.items)
 
 
+def queue_job(name: str) -> str:
+    """The job id of queue ``name``'s driver."""
+    return f"queue-{name}"
+
+
 def queue_path(store: RunStore, name: str) -> Path:
     return store.root / "progress" / f"{name}.queue.json"
 
@@ -102,8 +108,7 @@ def _write(store: RunStore, name: str, state: dict[str, Any]) -> None:
 
 def start_queue(store: RunStore, name: str, items: Sequence[QueueItem]) -> None:
     """Start the driver of a queue (nothing happens while the same queue still runs)."""
-    old = read_queue(store, name)
-    if old is not None and alive(old.get("pid"), old.get("host")):
+    if is_active(store, queue_job(name)):
         return
     state = {
         "name": name,
@@ -116,36 +121,25 @@ def start_queue(store: RunStore, name: str, items: Sequence[QueueItem]) -> None:
         ],
     }
     _write(store, name, state)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p)
-    logf = (store.root / "progress" / f"{name}.queue.log").open("w")
-    with logf:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "core.jobs.queue", "--store", str(store.root), name],
-            cwd=PROJECT_ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-        )
-    CHILDREN[proc.pid] = proc  # the driver records its own pid when it starts
+    argv = ["-m", "core.jobs.queue", "--store", str(store.root), "--job", queue_job(name), name]
+    launch_process(store, queue_job(name), QUEUE, None, argv)
 
 
 def cancel_queue(store: RunStore, name: str) -> bool:
-    """Stop a queue: its running job is cancelled and the items not yet started skipped."""
-    state = read_queue(store, name)
-    if state is None or not alive(state.get("pid"), state.get("host")):
-        return False
-    send_signal(state["pid"], signal.SIGINT)
-    return True
+    """Stop a queue: its running job is cancelled and the items not yet started skipped
+    (the driver cancels its item first, so it gets the time an item's cancel may take)."""
+    return cancel(store, queue_job(name), grace=3 * GRACE_S)
 
 
 def queue_status(store: RunStore, name: str) -> QueueStatus | None:
-    """The queue's items as recorded by its driver; cheap (one small file, one job status)."""
+    """The queue's items as recorded by its driver; cheap (one small file, the driver's row
+    and the running item's row of the jobs table)."""
     state = read_queue(store, name)
     if state is None:
         return None
-    running = alive(state.get("pid"), state.get("host"))
+    driver = get_job(store, queue_job(name))
+    driver_state = read_state(driver) if driver is not None else None
+    running = driver_state in ACTIVE
     items, current = [], None
     for it in state["items"]:
         status, elapsed = it["state"], it.get("elapsed")
@@ -169,8 +163,7 @@ def queue_status(store: RunStore, name: str) -> QueueStatus | None:
     if state.get("finished"):
         overall = "cancelled" if state.get("cancelled") else "done"
     else:
-        starting = state.get("pid") is None and time.time() - state["started"] < START_S
-        overall = "running" if running or starting else "interrupted"
+        overall = "running" if running else "interrupted"
     end = state.get("finished") or time.time()
     return QueueStatus(name, overall, tuple(items), end - state["started"], current)
 
@@ -190,7 +183,7 @@ def _run_item(store: RunStore, name: str, state: dict[str, Any], item: dict[str,
         while not (status := job_status(store, job_id)).finished:
             time.sleep(POLL_S)
     except KeyboardInterrupt:
-        cancel(store, job_id, wait=30.0)
+        cancel(store, job_id)
         item.update(state="cancelled", elapsed=time.time() - t0)
         raise
     item.update(
@@ -198,38 +191,46 @@ def _run_item(store: RunStore, name: str, state: dict[str, Any], item: dict[str,
     )
 
 
-def drive(store: RunStore, name: str) -> None:
-    """Run the queue's waiting items in order; SIGINT cancels the current one, skips the rest."""
+def drive(store: RunStore, name: str, progress: ProgressFn | None = None) -> bool:
+    """Run the queue's waiting items in order (``progress``: items finished of all, the
+    next one's title); SIGINT or SIGTERM cancels the current one and skips the rest.
+    Whether the queue was cancelled."""
     state = read_queue(store, name)
     if state is None:
         raise SystemExit(f"no queue {name!r} in {store.root}")
-    state.update(pid=os.getpid(), host=socket.gethostname())
-    _write(store, name, state)
+    items = state["items"]
     try:
-        for item in state["items"]:
+        for n, item in enumerate(items):
             if item["state"] == "waiting":
+                report(progress, QUEUE, n, len(items), item["title"])
                 _run_item(store, name, state, item)
                 _write(store, name, state)
                 log.info("%s: %s %s", name, item["key"], item["state"])
+        report(progress, QUEUE, len(items), len(items))
     except KeyboardInterrupt:
         state["cancelled"] = True
-        for item in state["items"]:
+        for item in items:
             if item["state"] == "waiting":
                 item["state"] = "skipped"
     state["finished"] = time.time()
     _write(store, name, state)
+    return bool(state["cancelled"])
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="run a job queue of the results store")
     ap.add_argument("--store", required=True)
+    ap.add_argument("--job", required=True, help="the driver's job id (its row's id)")
     ap.add_argument("name")
     args = ap.parse_args(argv)
-    # cancel_queue sends SIGINT; a driver started from a background shell inherits it ignored
-    # (and Python then keeps it ignored), and so would every job it starts.
+    # A driver started from a background shell inherits SIGINT ignored (and Python then keeps
+    # it ignored), and so would every job it starts.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    drive(RunStore(args.store), args.name)
+    store = RunStore(args.store)
+    with job_process(store, args.job) as reporter:
+        if drive(store, args.name, reporter):
+            reporter.finish(CANCELLED, CANCELLED_ERROR)
 
 
 if __name__ == "__main__":

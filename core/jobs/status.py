@@ -1,30 +1,50 @@
-"""What the app shows about a background job: state, stage, progress, elapsed time, ETA
-and error, read from the job's files, its runs' index rows and their progress logs."""
+"""What the app and the CLI show about background jobs: state, stage, progress, elapsed
+time, ETA and error, read from the job's row of the store's jobs table alone
+(core.store.jobs_table). Reading is pure: one indexed row (or the active rows), no files,
+no signals, no writes, so pages may poll it every second.
+
+Turning a job that reads 'lost' into a stored 'lost' (with the run rows its process left
+'running' marked 'interrupted') is ``reconcile_jobs``: an explicit action, called by
+``runs list``, the Runs page's refresh and ``cancel``, never by a read.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import time
 from dataclasses import dataclass
-from itertools import takewhile
-from pathlib import Path
-from typing import Any
+
+import pandas as pd
 
 from core.errors import StoreError
-from core.jobs.launch import escalate
-from core.jobs.records import alive, log_path, read_job
-from core.store.run_store import RunRecord, RunStore
+from core.store.jobs_table import (
+    ACTIVE,
+    CANCELLED,
+    DONE,
+    FAILED,
+    JOB_STALE_S,
+    LOST,
+    JobRow,
+    get_job,
+    list_jobs,
+    read_state,
+    update_job,
+)
+from core.store.run_store import RunStore
 
-FINISHED = ("done", "failed", "cancelled", "interrupted")
+FINISHED = (DONE, FAILED, CANCELLED, "interrupted", LOST)
+LOST_ERROR = (
+    f"the job's process ended without recording an outcome (no heartbeat for over "
+    f"{JOB_STALE_S:.0f} s); its log is progress/<job>.log in the store"
+)
 
 
 @dataclass(frozen=True)
 class JobStatus:
-    """What the app shows about a job. ``run_id`` is its main run once known."""
+    """What the app shows about a job. ``run_id`` is the run it exists for."""
 
     job_id: str
-    # "running" | "cancelling" | "done" | "failed" | "cancelled" | "interrupted" | "unknown"
+    # "queued" | "running" | "cancelling" | "done" | "failed" | "cancelled" | "lost"
+    # | "interrupted" (a run started outside the app) | "unknown"
     state: str
     run_id: str | None = None
     phase: str | None = None  # kind of the run in progress ("eval" = dense baseline)
@@ -35,133 +55,57 @@ class JobStatus:
     elapsed: float | None = None
     eta: float | None = None  # seconds left in the current stage, when it can be estimated
     error: str | None = None
+    kind: str | None = None  # what the job runs (a run kind, grid-sweep, queue)
 
     @property
     def finished(self) -> bool:
         return self.state in FINISHED or self.state == "unknown"
 
-
-def _job_runs(store: RunStore, job: dict[str, Any]) -> list[RunRecord]:
-    """Runs this job's process created, oldest first."""
-    started = job["started"] - 1.0
-    rows = [r for r in store.list() if r.pid == job["pid"] and r.host == job["host"]]
-    return sorted((r for r in rows if r.created >= started), key=lambda r: r.created)
+    @property
+    def fraction(self) -> float:
+        return min(max(self.done / self.total, 0.0), 1.0) if self.total else 0.0
 
 
-def _main_run(store: RunStore, job: dict[str, Any], runs: list[RunRecord]) -> RunRecord | None:
-    """The run a job exists for (its id is planned before the launch)."""
-    try:
-        return store.get(job.get("run_id") or job["id"])
-    except StoreError:
+def row_eta(row: JobRow, now: float) -> float | None:
+    """Seconds left in the row's stage, from its average time per step so far."""
+    if not row.total or row.progress_t is None or row.stage_started is None:
         return None
-
-
-def read_progress(path: Path, since: float = 0.0) -> list[dict[str, Any]]:
-    """Progress events of one run at or after ``since`` (unparsable lines are skipped)."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return []
-    events = []
-    for line in lines:
-        with contextlib.suppress(json.JSONDecodeError):
-            ev = json.loads(line)
-            if isinstance(ev, dict) and ev.get("t", 0) >= since:
-                events.append(ev)
-    return events
-
-
-def stage_eta(events: list[dict[str, Any]], now: float) -> float | None:
-    """Seconds left in the last stage, from its average time per step so far."""
-    if not events:
-        return None
-    last = events[-1]
-    done, total = int(last.get("done", 0)), int(last.get("total", 0))
-    if total and done >= total:
+    if row.done >= row.total:
         return 0.0
-    stage = list(takewhile(lambda e: e.get("stage") == last.get("stage"), reversed(events)))
-    first = stage[-1]
-    steps = done - int(first.get("done", 0))
+    steps = row.done - row.stage_done0
     if steps <= 0:
         return None
-    per_step = (last["t"] - first["t"]) / steps
-    return max(per_step * (total - done) - (now - last["t"]), 0.0)
+    per_step = (row.progress_t - row.stage_started) / steps
+    return max(per_step * (row.total - row.done) - (now - row.progress_t), 0.0)
 
 
-def log_result(path: Path) -> dict[str, Any]:
-    """The JSON object a successful ``--json`` job prints as its last stdout line."""
-    try:
-        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-        out = json.loads(lines[-1]) if lines else {}
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return out if isinstance(out, dict) else {}
-
-
-def log_error(path: Path) -> str | None:
-    """The job log's last ``error: ...`` line, else the last line of a traceback."""
-    try:
-        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return None
-    for line in reversed(lines):
-        if line.startswith("error:"):
-            return line.removeprefix("error:").strip()
-    if any(ln.startswith("Traceback") for ln in lines):
-        return lines[-1]
-    return None
+def status_of(row: JobRow, now: float | None = None) -> JobStatus:
+    """A job's row as the app shows it (its state by ``read_state``'s liveness rule)."""
+    now = time.time() if now is None else now
+    state = read_state(row, now)
+    if state in ACTIVE and row.cancel_requested is not None:
+        state = "cancelling"
+    error = row.error or (LOST_ERROR if state == LOST else None)
+    return JobStatus(
+        job_id=row.id,
+        state=state,
+        run_id=row.run_id,
+        phase=row.phase,
+        stage=row.stage,
+        done=row.done,
+        total=row.total,
+        detail=row.message,
+        elapsed=(row.finished or now) - row.started,
+        eta=row_eta(row, now) if state in ACTIVE else None,
+        error=error,
+        kind=row.kind,
+    )
 
 
 def job_status(store: RunStore, job_id: str) -> JobStatus:
-    """State, stage, progress and timing of a job (cheap: the app polls it every second)."""
-    job = read_job(store, job_id)
-    if job is None:
-        return _status_without_job(store, job_id)
-    escalate(store, job)
-    running = alive(job["pid"], job["host"])
-    runs = _job_runs(store, job)
-    main = _main_run(store, job, runs)
-    fresh = main is not None and main.created >= job["started"] - 1.0
-    current = runs[-1] if runs else None
-    now = time.time()
-    events = read_progress(store.progress_path(current.id), job["started"]) if current else []
-    last = events[-1] if events else {}
-    finished_at = main.finished if fresh and main.finished else None
-    base = dict(
-        job_id=job_id,
-        run_id=main.id if main else None,
-        phase=current.kind if current else None,
-        stage=last.get("stage"),
-        done=int(last.get("done", 0)),
-        total=int(last.get("total", 0)),
-        detail=last.get("detail", ""),
-        elapsed=(finished_at or now) - job["started"],
-    )
-    if fresh and main.status != "running":
-        if main.status == "interrupted" and job.get("cancel_requested") is not None:
-            # SIGINT can land before the run's own handler can write 'cancelled' (start-up,
-            # a store write); the store then reconciles the dead process as 'interrupted'.
-            return JobStatus(state="cancelled", error="cancelled by the user", **base)
-        return JobStatus(state=main.status, error=main.error, **base)
-    if running:
-        state = "running" if job.get("cancel_requested") is None else "cancelling"
-        return JobStatus(state=state, eta=stage_eta(events, now), **base)
-    return _ended_without_run(store, job, main, current, base)
-
-
-def _ended_without_run(store, job, main, current, base) -> JobStatus:
-    """The process is gone and its main run has no final row written by it."""
-    store.reconcile()  # a row left 'running' by the dead process becomes 'interrupted'
-    logp = log_path(store, job["id"])
-    result = log_result(logp)
-    if result.get("run_id"):  # e.g. a stored result with the same config was reused
-        return JobStatus(state="done", **{**base, "run_id": result["run_id"]})
-    if job.get("cancel_requested") is not None:
-        return JobStatus(state="cancelled", error="cancelled by the user", **base)
-    error = log_error(logp)
-    if error is None and current is not None:
-        error = store.get(current.id).error
-    return JobStatus(state="failed", error=error or "the job ended without a result", **base)
+    """State, stage, progress and timing of a job: one row of the jobs table."""
+    row = get_job(store, job_id)
+    return status_of(row) if row is not None else _status_without_job(store, job_id)
 
 
 def _status_without_job(store: RunStore, run_id: str) -> JobStatus:
@@ -173,3 +117,42 @@ def _status_without_job(store: RunStore, run_id: str) -> JobStatus:
     return JobStatus(
         job_id=run_id, run_id=rec.id, state=rec.status, phase=rec.kind, error=rec.error
     )
+
+
+def active_jobs(store: RunStore) -> list[JobStatus]:
+    """Jobs stored queued or running (those that read 'lost' included), newest first."""
+    now = time.time()
+    return [status_of(row, now) for row in list_jobs(store, ACTIVE)]
+
+
+def jobs_frame(statuses: list[JobStatus]) -> pd.DataFrame:
+    """One row per job: what it runs, its state, stage, progress of the stage, time."""
+    rows = [
+        {
+            "job": s.job_id,
+            "kind": s.kind,
+            "state": s.state,
+            "phase": s.phase,
+            "stage": s.stage,
+            "steps": f"{s.done}/{s.total}" if s.total else "",
+            "progress": s.fraction,
+            "elapsed s": s.elapsed,
+            "eta s": s.eta,
+            "run": s.run_id,
+            "error": s.error,
+        }
+        for s in statuses
+    ]
+    columns = ["job", "kind", "state", "phase", "stage", "steps", "progress", "elapsed s"]
+    return pd.DataFrame(rows, columns=[*columns, "eta s", "run", "error"])
+
+
+def reconcile_jobs(store: RunStore) -> list[str]:
+    """Store 'lost' for every active job that reads lost, and mark the run rows their
+    processes left 'running' as 'interrupted'; the ids of the jobs marked."""
+    now = time.time()
+    lost = [r.id for r in list_jobs(store, ACTIVE) if read_state(r, now) == LOST]
+    for job_id in lost:
+        update_job(store, job_id, only_active=True, state=LOST, finished=now, error=LOST_ERROR)
+    store.reconcile()
+    return lost

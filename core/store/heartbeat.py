@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -24,16 +25,21 @@ STALE_S = 120.0
 
 
 def pid_alive(pid: int | None, host: str | None) -> bool:
-    """Whether process ``pid`` on ``host`` (this machine only) still exists."""
+    """Whether process ``pid`` on ``host`` (this machine only) still runs: it exists and is
+    not a zombie (ended, not yet waited for by its parent; Linux's /proc tells)."""
     if not pid or host != socket.gethostname():
         return False
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: nothing is sent, the pid is only checked
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # field 3 of /proc/<pid>/stat, after the parenthesised name, is the state
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def run_alive(

@@ -7,14 +7,16 @@ damaged index loses nothing a rebuild cannot restore but the rows of runs that h
 folder (failed, cancelled, interrupted, running). The rules:
 
 - missing (or empty) index: rebuilt from the folders at once, by itself (nothing to lose);
-- older layout, readable: missing nullable columns added in place (every row kept); a layout
-  that lacks a required column is set aside and rebuilt by itself, as it cannot be read;
+- older layout, readable: missing nullable columns and the jobs table (core.store.jobs_table)
+  added in place (every row kept); a layout that lacks a required column is set aside and
+  rebuilt by itself, as it cannot be read;
 - damaged (not an SQLite database, truncated, malformed): ``StoreIndexError`` naming the file
   and the way out, ``python -m core runs reindex``. Not done by itself: the store may be
   shared with other hosts whose writers are live, and the damaged file may still hold
   failed runs' rows that a person may want to read.
 
-A rebuild keeps the old files aside (``index.sqlite.damaged-<time>``, with its -wal/-shm: a
+A rebuild carries the jobs table's rows over from a readable old index (no folder holds
+them) and keeps the old files aside (``index.sqlite.damaged-<time>``, with its -wal/-shm: a
 stale write-ahead log beside a new index would be replayed into it) and builds the new index
 under a temporary name, renamed into place in one step.
 """
@@ -37,6 +39,7 @@ from typing import Any
 
 from core.errors import StoreIndexError
 from core.settings.config import RunConfig
+from core.store.jobs_table import JOBS_INDEX, JOBS_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -211,19 +214,26 @@ class Reindexed:
     carried: int = 0
 
 
-def _old_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a readable old index (none when it cannot be read)."""
+def _old_rows(path: Path, table: str = "runs") -> list[dict[str, Any]]:
+    """The rows of a table of a readable old index (none when it cannot be read)."""
     if not path.is_file() or index_damage(path.parent) is not None:
         return []
     try:
         db = sqlite3.connect(path, timeout=30)
         db.row_factory = sqlite3.Row
         try:
-            return [dict(r) for r in db.execute("SELECT * FROM runs")]
+            return [dict(r) for r in db.execute(f"SELECT * FROM {table}")]
         finally:
             db.close()
     except sqlite3.Error:
         return []
+
+
+def create_tables(db: sqlite3.Connection) -> None:
+    """The runs table and the jobs table (core.store.jobs_table), where absent."""
+    db.execute(SCHEMA)
+    db.execute(JOBS_SCHEMA)
+    db.execute(JOBS_INDEX)
 
 
 def _set_aside(root: Path, label: str) -> list[str]:
@@ -274,12 +284,16 @@ def rebuild_index(root: str | Path, label: str = "damaged", locked: bool = False
         for r in old.values()
         if r["id"] not in done and r.get("status") != "done"
     ]
+    jobs = _old_rows(root / INDEX_FILE, "jobs")  # job rows are not in the folders: kept
     tmp = root / f".{INDEX_FILE}.rebuilding-{uuid.uuid4().hex[:8]}"
     db = sqlite3.connect(tmp, isolation_level=None)
     try:
-        db.execute(SCHEMA)
+        create_tables(db)
         db.execute("BEGIN")
         db.executemany(INSERT, rows + carried)
+        for job in jobs:
+            marks = ", ".join("?" * len(job))
+            db.execute(f"INSERT INTO jobs ({', '.join(job)}) VALUES ({marks})", [*job.values()])
         db.execute("COMMIT")
     finally:
         db.close()
@@ -306,7 +320,7 @@ def open_index(root: Path) -> None:
             db = sqlite3.connect(path, timeout=30, isolation_level=None)
             try:
                 db.execute("PRAGMA journal_mode=WAL")
-                db.execute(SCHEMA)
+                create_tables(db)  # an index older than the jobs table gains it here
                 cols = {r[1] for r in db.execute("PRAGMA table_info(runs)")}
                 if not set(REQUIRED) <= cols:
                     missing = sorted(set(REQUIRED) - cols)

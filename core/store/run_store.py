@@ -2,7 +2,8 @@
 
 Layout under the store root ($PRUNESCOPE_HOME or the platform user-data dir)::
 
-    index.sqlite                 one row per run: id, kind, status, summary, config
+    index.sqlite                 one row per run: id, kind, status, summary, config;
+                                 one row per background job (core.store.jobs_table)
     runs/<id>/config.json        the resolved config (its hash is <id>)
     runs/<id>/env.json           versions, device, host, git commit
     runs/<id>/metrics.json       headline numbers
@@ -91,6 +92,10 @@ class RunStore:
             raise self._index_error(exc) from exc
         finally:
             db.close()
+
+    def query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        """One statement on the index (the jobs table's, core.store.jobs_table)."""
+        return self._query(sql, args)
 
     def _index_error(self, exc: sqlite3.Error) -> StoreError:
         """A damaged index says so (and how to rebuild it); other errors as they are."""
