@@ -29,8 +29,8 @@ run: $(STAMP)
 # process left a core idle, and the browser tests mostly wait on their server; the demo set
 # runs beside the rest. One OpenMP thread per process: three workers (and the jobs they
 # start) already fill two cores, and OpenMP threads spin while they wait, so a second thread
-# each burnt the CPU the other workers needed (eight attention-gd starts: 1.3 s of CPU on one
-# thread, 20 s on two). -rs names every skipped test and why.
+# each burnt the CPU the other workers needed (docs/benchmarks.md, "The test suite's CPU").
+# -rs names every skipped test and why.
 test: $(STAMP)
 	$(PY) -m core prepare
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -m "" -q -rs -n 3 --dist loadfile
