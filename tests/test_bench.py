@@ -73,15 +73,16 @@ def test_smoke_calib_sensitivity(tmp_path, capsys):
 
     calib_sensitivity.main_bench([
         *TINY, "--calib", "pydoc", "--other", "pydoc", "--eval", "pydoc", "--seeds", "1",
-        "--other-seeds", "2", "--methods", "magnitude,wanda", "--patterns", "unstructured",
+        "--other-seeds", "2", "--methods", "magnitude", "--patterns", "unstructured",
         "--nsamples", "2", "--seqlen", "32", "--max-windows", "2", "--store", str(tmp_path),
     ])  # fmt: skip
     out = capsys.readouterr().out
     assert out.startswith("| method | pattern | draws | Jaccard (lowest draw) |")
-    rows = [line for line in out.splitlines() if line.startswith(("| magnitude", "| wanda"))]
-    assert [r.split(" | ")[2] for r in rows] == ["pydoc seeds 1", "pydoc seeds 2"] * 2
-    # magnitude's masks do not read the calibration data: every draw keeps the same weights
-    assert all(" | 1.000 (1.000) | " in r for r in rows[:2])
+    rows = [line for line in out.splitlines() if line.startswith("| magnitude | unstructured |")]
+    assert [r.split(" | ")[2] for r in rows] == ["pydoc seeds 1", "pydoc seeds 2"]
+    # magnitude's masks do not read the calibration data: every draw keeps the same weights,
+    # where two random masks at 50 % share a third of their kept entries
+    assert all(" | 1.000 (1.000) | 0.333 | 1.000 | 0.500 | " in r for r in rows)
 
 
 def test_smoke_dimension_or_params(tmp_path, capsys):
@@ -89,12 +90,12 @@ def test_smoke_dimension_or_params(tmp_path, capsys):
 
     argv = [
         *TINY, "--corpus", "pydoc", "--nsamples", "2", "--seqlen", "32", "--max-windows", "2",
-        "--methods", "shortgpt,slicegpt", "--budgets", "0.25,0.5", "--seeds", "0,1",
+        "--methods", "shortgpt,slicegpt", "--budgets", "0.25,0.5", "--seeds", "0",
         "--store", str(tmp_path),
     ]  # fmt: skip
     dimension_or_params.main(argv)
     out = capsys.readouterr().out
-    assert "9 runs computed, 0 reused" in out  # 2 methods x 2 budgets x 2 seeds, and dense
+    assert "5 runs computed, 0 reused" in out  # 2 methods x 2 budgets, and the dense run
     points = re.findall(r"^(shortgpt|slicegpt) +(0\.25|0\.5) ", out, re.M)
     assert sorted(points) == sorted(
         (m, b) for m in ("shortgpt", "slicegpt") for b in ("0.25", "0.5")
