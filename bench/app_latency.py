@@ -34,9 +34,9 @@ every page by URL. ``median``/``max`` are over the warm passes only. The split c
 the run's start (the browser's message and the server's queue), ``run`` the script run
 with its elements sent and laid out, ``draw`` from the run's end to the last chart change
 (usually 0: Chromium draws each chart as its element arrives, so ``run`` includes drawing).
-For the server's share alone (CPU seconds of each page script, load-robust), run
-bench/app_script_cpu.py on the same store. How the method changed over time, and which older
-figures are not comparable: docs/benchmarks.md.
+The server's share alone (CPU seconds of each page script, load-robust) was measured by a
+retired script (docs/benchmarks.md, "Speed of the app"). How the method changed over time,
+and which older figures are not comparable: docs/benchmarks.md.
 """
 
 from __future__ import annotations

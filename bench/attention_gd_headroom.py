@@ -48,8 +48,9 @@ never of a dense M_T.
 Attribution: ``core.methods.attention_gd.attribution`` (its ``RULE``, docs/design-notes.md),
 for "gd M0=wanda" (the default's descent) and each budget relaxation's row. The default: the
 rule of ``core.analysis.gd_choice`` (a budget row replaces it only by beating "swap
-from wanda" held out by an interval excluding 0 at every size). Table, JSON and both rules'
-outputs: attention_gd_headroom_report.py.
+from wanda" held out by an interval excluding 0 at every size). Both rules' outputs and the
+JSON the pages read (``--headroom-json``; ``headroom_<model>.json`` beside
+``core.methods.attention_gd.headroom``): ``core.analysis.gd_headroom``.
 """
 
 from __future__ import annotations
