@@ -44,8 +44,9 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
 
+# Smoke-runs every maintained bench/ script on tiny-llama (docs/benchmarks.md lists them).
 bench: $(STAMP)
-	$(PY) bench/eval_throughput.py
+	$(PY) -m pytest -q tests/test_bench.py
 
 # One GPU, under 5 minutes: CUDA tests, every method CUDA vs CPU, a streamed ~1B model.
 gpu-check: $(STAMP)

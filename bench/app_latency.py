@@ -34,9 +34,9 @@ every page by URL. ``median``/``max`` are over the warm passes only. The split c
 the run's start (the browser's message and the server's queue), ``run`` the script run
 with its elements sent and laid out, ``draw`` from the run's end to the last chart change
 (usually 0: Chromium draws each chart as its element arrives, so ``run`` includes drawing).
-For the server's share alone (CPU seconds of each page script, load-robust), run
-bench/app_script_cpu.py on the same store. How the method changed over time, and which older
-figures are not comparable: docs/benchmarks.md.
+The server's share alone (CPU seconds of each page script, load-robust) was measured by a
+retired script (docs/benchmarks.md, "Speed of the app"). How the method changed over time,
+and which older figures are not comparable: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ import argparse
 import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -95,13 +94,13 @@ SEED_RUN = [
 def ensure_prune_run(store: Path) -> None:
     """One finished prune run with stored W_Q/W_K (the heatmap needs it)."""
     sys.path.insert(0, str(ROOT))
+    from core.cli.main import main as cli
     from core.store.run_store import RunStore
 
     if RunStore(store).list(kind="prune", status="done"):
         return
-    subprocess.run(
-        [sys.executable, "-m", "core", *SEED_RUN, "--store", str(store)], cwd=ROOT, check=True
-    )
+    if cli([*SEED_RUN, "--store", str(store)]) != 0:  # in this process: no second start-up
+        raise SystemExit("the seed prune run failed")
 
 
 @dataclass(frozen=True)
@@ -253,7 +252,7 @@ def print_table(cold: dict, warm: list[dict]) -> None:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", help="a running PruneScope app (default: start one)")
     ap.add_argument("--store", type=Path, help="results store for a server started here")
@@ -266,7 +265,7 @@ def main() -> None:
         action="store_true",
         help="start plain `streamlit run app.py`, not `make run`'s warmed pages.serve",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     with contextlib.ExitStack() as stack:
         url = args.url
         if url is None:

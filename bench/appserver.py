@@ -1,6 +1,6 @@
 """Start the app in a subprocess and drive Debian's Chromium with Playwright.
 
-Shared by tests/test_e2e_browser.py, bench/screenshots.py and bench/app_latency.py. Never
+Shared by tests/test_e2e_browser.py, tests/test_e2e_compare.py and bench/app_latency.py. Never
 runs ``playwright install``: the browser is /usr/bin/chromium (apt-get install chromium).
 
 When a script run ends is read exactly, without a fixed sleep: every page gets an init

@@ -44,8 +44,10 @@ from core.pruning.apply import apply_prune
 from core.runs import get_calib_windows, get_eval_windows, get_model
 from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec, PruneConfig
 
+# --smoke also caps the Adam readings at 10 steps (the method's default: 150), a check of
+# the script, not of the readings
 SMOKE = {"model": "tiny-llama", "seeds": [0, 1], "qk_sparsities": [0.7], "nsamples": 2,
-         "calib_seqlen": 32, "seqlen": 32, "max_windows": 4}  # fmt: skip
+         "calib_seqlen": 32, "seqlen": 32, "max_windows": 4, "gd_steps": 10}  # fmt: skip
 
 
 def parse(argv=None):
@@ -59,6 +61,7 @@ def parse(argv=None):
     ap.add_argument("--smoke", action="store_true", help="tiny-llama on pydoc text, seconds")
     args = ap.parse_args(argv)
     args.data = ("c4", "train"), ("c4", "validation")
+    args.gd_steps = None
     if args.smoke:
         vars(args).update(SMOKE)
         args.data = ("pydoc", "train"), ("pydoc", "test")
@@ -78,12 +81,16 @@ def other_roles(lm) -> str:
     return ",".join(r for r in roles if r not in ("q", "k"))
 
 
-def run_once(spec: ModelSpec, reading: str, family: str, s: float, calib, windows) -> list[float]:
+def run_once(
+    spec: ModelSpec, reading: str, family: str, s: float, calib, windows, steps=None
+) -> list[float]:
     """Prune a fresh copy of the model by ``reading`` (q/k; V/O/MLP by Wanda for "all") and
-    return the NLL of every evaluation window."""
+    return the NLL of every evaluation window; ``steps``: a cap for a reading that descends."""
     lm = get_model(spec, fresh=True)
     device = torch.device(spec.device)
     method, options = READINGS[reading]
+    if steps is not None and method == "attention-gd" and "steps" not in dict(options):
+        options = (*options, ("steps", steps))
     apply_prune(lm, PruneConfig(method, s, targets="qk", options=options), calib, device)
     if family == "all":
         apply_prune(lm, PruneConfig("wanda", s, targets=other_roles(lm)), calib, device)
@@ -111,7 +118,7 @@ def measure(args) -> dict[str, list[float]]:
                 if key in done:
                     continue
                 t0 = time.perf_counter()
-                done[key] = run_once(spec, reading, family, s, ids, windows)
+                done[key] = run_once(spec, reading, family, s, ids, windows, args.gd_steps)
                 print(f"  {key}: ppl {np.exp(np.mean(done[key])):.3f} "
                       f"({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
                 if out:

@@ -1,8 +1,10 @@
-"""Where attention-matrix GD fails against Wanda, per calibration size (issue 32, item 1).
+"""Where attention-matrix GD fails against Wanda, per calibration size: the headroom table.
 
-    python bench/attention_gd.py [--headroom] [--seeds 0 1 2] [--headroom-layers 0 4 ... 28]
-        [--headroom-sizes 8 16 36] [--seqlen 64] [--headroom-optimizer adam]
-        [--headroom-steps 150] [--swap-evals 20]
+    python bench/attention_gd_headroom.py [--model smollm2-135m] [--seeds 0 1 2]
+        [--headroom-layers 0 4 ... 28] [--headroom-sizes 8 16 36] [--seqlen 64]
+        [--headroom-optimizer adam] [--headroom-steps 150] [--swap-evals 20]
+        [--headroom-json FILE]
+    python bench/attention_gd_headroom.py --smoke      (tiny-llama, pydoc, seconds)
 
 Protocol (fixed before the run). The embedded model, Q/K only at 50 % (row scope), layers
 0, 4, ..., 28 pruned layer-wise from dense inputs; on each layer one GQA group is judged
@@ -46,19 +48,25 @@ never of a dense M_T.
 Attribution: ``core.methods.attention_gd.attribution`` (its ``RULE``, docs/design-notes.md),
 for "gd M0=wanda" (the default's descent) and each budget relaxation's row. The default: the
 rule of ``core.analysis.gd_choice`` (a budget row replaces it only by beating "swap
-from wanda" held out by an interval excluding 0 at every size). Table, JSON and both rules'
-outputs: attention_gd_headroom_report.py.
+from wanda" held out by an interval excluding 0 at every size). Both rules' outputs and the
+JSON the pages read (``--headroom-json``; ``headroom_<model>.json`` beside
+``core.methods.attention_gd.headroom``): ``core.analysis.gd_headroom``.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
-from attention_gd_headroom_report import print_table, write_json
+import transformers
+from protocol import protocol_parser
 
+from core.analysis.gd_choice import COMPARATOR
+from core.analysis.gd_headroom import attributions, default_choice, headroom_record, mean_sd, stages
 from core.evaluation.attention_error import AttentionProbe, form
 from core.evaluation.attention_ops import attention_errors, attention_probs, rope_tables
 from core.methods.attention_gd import AttentionGDOptions, binarize, gd_prune_group, initial_mask
@@ -69,8 +77,8 @@ from core.methods.attention_gd.swaps import swap_search
 from core.methods.masks import score_mask
 from core.methods.sparsegpt import sparsegpt_prune
 from core.methods.wanda import wanda_scores
-from core.runs import get_calib_windows, get_eval_windows
-from core.settings.config import CalibConfig, DataSpec, EvalConfig
+from core.runs import get_calib_windows, get_eval_windows, get_model
+from core.settings.config import CalibConfig, DataSpec, EvalConfig, ModelSpec
 
 SPARSITY = 0.5
 TOL = 1e-5
@@ -82,7 +90,8 @@ GD_ROWS |= {name: ("wanda_mask", relax) for name, relax in BUDGET_ROWS.items()}
 SWAPS = {"swap from wanda": "wanda", "gd M0=wanda + swap": "gd M0=wanda"}
 SWAPS |= {f"{name} + swap": name for name in BUDGET_ROWS}
 ROWS = ("magnitude", "wanda", "sparsegpt", OBD, *GD_ROWS, *SWAPS)
-MASK_ROWS = tuple(r for r in ROWS if r != "sparsegpt")  # binary masks of the same weights
+SMOKE = {"model": "tiny-llama", "seeds": [0, 1], "headroom_layers": [0, 1],
+         "headroom_sizes": [2, 4], "seqlen": 16, "headroom_steps": 4, "swap_evals": 2}  # fmt: skip
 
 
 def attn_error(X, dense, pruned, geo, rope, qk_form=None) -> float:
@@ -106,17 +115,23 @@ def baseline(name: str, W: torch.Tensor, X: torch.Tensor, s: float) -> torch.Ten
     return sparsegpt_prune(W, 2 * flat.T @ flat / flat.shape[0], s)[0]
 
 
-def add_args(ap) -> None:
-    ap.add_argument("--headroom", action="store_true", help="the headroom analysis (the default)")
-    ap.add_argument(
-        "--readings", action="store_true", help="the earlier sweep of plain-GD readings instead"
-    )
+def parse(argv: list[str] | None = None):
+    ap = protocol_parser(__doc__, nsamples=4, seqlen=64, max_windows=16)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--headroom-layers", type=int, nargs="+", default=list(range(0, 30, 4)))
     ap.add_argument("--headroom-sizes", type=int, nargs="+", default=[8, 16, 36])
     ap.add_argument("--headroom-optimizer", default="adam", choices=["gd", "adam", "lbfgs"])
     ap.add_argument("--headroom-steps", type=int, default=150)
     ap.add_argument("--swap-evals", type=int, default=20)
     ap.add_argument("--headroom-json", default=None, help="also write the table as JSON here")
+    ap.add_argument("--headroom", action="store_true", help=argparse.SUPPRESS)  # the only mode
+    ap.add_argument("--smoke", action="store_true", help="tiny-llama on pydoc text, seconds")
+    args = ap.parse_args(argv)
+    args.data = ("c4", "train"), ("c4", "validation")
+    if args.smoke:
+        vars(args).update(SMOKE)
+        args.data = ("pydoc", "train"), ("pydoc", "test")
+    return args
 
 
 class GroupErrors:
@@ -230,18 +245,18 @@ def headroom(args, lm) -> None:
     t_start = time.perf_counter()
     ad = lm.adapter
     held_ids, _ = get_eval_windows(
-        lm, EvalConfig(DataSpec("c4", "validation", args.data_dir), args.seqlen, 16)
+        lm, EvalConfig(DataSpec(*args.data[1], args.data_dir), args.seqlen, 16)
     )
     sizes = sorted(args.headroom_sizes)
     for i in args.headroom_layers:
         f = form(ad, i)
         if any(t is not None for t in (f.bq, f.bk, f.q_gain, f.k_gain)):
-            raise SystemExit(f"--headroom: layer {i} has q/k biases or norms; not covered")
+            raise SystemExit(f"layer {i} has q/k biases or norms; not covered")
     # res[(size, row)] -> per seed: {key: mean over layers}; held[row][size]: (seeds, layers)
     res: dict[tuple[int, str], list[dict[str, float]]] = {}
     held: dict[str, dict[int, list[list[float]]]] = {name: {n: [] for n in sizes} for name in ROWS}
     for seed in args.seeds:
-        calib = CalibConfig(DataSpec("c4", "train", args.data_dir), sizes[-1], args.seqlen, seed)
+        calib = CalibConfig(DataSpec(*args.data[0], args.data_dir), sizes[-1], args.seqlen, seed)
         ids, _ = get_calib_windows(lm, calib)
         pc = AttentionProbe.capture(ad, ids, "calib", "cpu")
         ph = AttentionProbe.capture(ad, held_ids, "heldout", "cpu", dense=pc.dense)
@@ -264,5 +279,86 @@ def headroom(args, lm) -> None:
             )
     print_table(args, res, held, sizes, ad)
     if args.headroom_json:
-        write_json(Path(args.headroom_json), args, res, held, sizes)
+        protocol = {
+            "model": args.model, "sparsity": SPARSITY, "layers": args.headroom_layers,
+            "seeds": args.seeds, "optimizer": args.headroom_optimizer,
+            "steps": args.headroom_steps, "swap_evals": args.swap_evals,
+        }  # fmt: skip
+        path = Path(args.headroom_json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            json.dumps(headroom_record(protocol, args.seqlen, res, held, sizes), indent=1)
+        )
+        print(f"wrote {path}")
     print(f"\nheadroom wall time {(time.perf_counter() - t_start) / 60:.1f} min")
+
+
+def print_table(args, res, held, sizes, ad) -> None:
+    d = ad.hidden_size
+    rows = list(held)
+    print()
+    print(
+        f"headroom: model {args.model}, Q/K only, {SPARSITY:.0%} per row; layers "
+        f"{args.headroom_layers} layer-wise from dense inputs, GQA group = layer mod "
+        f"{ad.n_kv_heads} judged on each; seeds {args.seeds}; held-out 16 C4 "
+        f"validation windows of {args.seqlen}; GD: {args.headroom_optimizer}, tol {TOL:g}, cap "
+        f"{args.headroom_steps} steps, default λ_rel; swap search: <= {args.swap_evals} "
+        f"evaluations per group; errors mean over layers, ± std over seeds; cont: M_T on the "
+        f"budget's polytope"
+    )
+    head = (
+        f"{'tokens':>7}  {'row':<22}{'calib err':>17}{'held-out err':>17}"
+        f"{'cont err':>9}{'delta':>7}{'flip':>7}{'agree W':>8}{'conv':>6}{'steps':>6}{'s/layer':>8}"
+    )
+    print(head)
+    print("-" * len(head))
+    for n in sizes:
+        tokens = n * args.seqlen
+        for name in rows:
+            cells = res[(n, name)]
+            c, h = mean_sd(cells, "calib"), mean_sd(cells, "held")
+            label = "sparsegpt (H<d)" if name == "sparsegpt" and tokens < d else name
+
+            def opt(key, fmt, cells=cells):
+                return format(mean_sd(cells, key)[0], fmt) if key in cells[0] else "-"
+
+            print(
+                f"{tokens:>7}  {label:<22}{c[0]:>9.4f} ± {c[1]:.4f}{h[0]:>9.4f} ± {h[1]:.4f}"
+                f"{opt('cont', '.4f'):>9}{opt('delta', '.3f'):>7}{opt('flip', '.3f'):>7}"
+                f"{opt('agree', '.3f'):>8}"
+                f"{opt('converged', '.2f'):>6}{opt('steps', '.0f'):>6}{opt('t', '.2f'):>8}"
+            )
+    print()
+    print(
+        f"{'tokens':>7}  {'row judged':<16}{'g_obj':>9}{'g_cont':>9}{'g_bin':>9}{'g_held':>9}  gap"
+    )
+    for n in sizes:
+        for row, label in attributions(res, n).items():
+            g = stages(res, n, row).gains()
+            print(
+                f"{n * args.seqlen:>7}  {row:<16}{g['obj']:>9.4f}{g['cont']:>9.4f}"
+                f"{g['bin']:>9.4f}{g['held']:>9.4f}  {label}"
+            )
+    causes = {n * args.seqlen: attributions(res, n)["gd M0=wanda"] for n in sizes}
+    print(
+        "\nWhere attention-gd's descent loses its gain over Wanda, by calibration tokens: "
+        + "; ".join(f"{t}: {c}" for t, c in causes.items())
+        + f" (rule: core/methods/attention_gd/attribution.py; d = {d})."
+    )
+    row, why, diffs = default_choice(held, sizes)
+    print(f"\nheld-out error − {COMPARATOR!r} (paired over seeds and layers, 95 % interval):")
+    for cand, per in diffs.items():
+        cells = "  ".join(f"{n * args.seqlen}: {iv}" for n, iv in sorted(per.items()))
+        print(f"  {cand:<22}{cells}")
+    print(f"default (core/analysis/gd_choice.py): {why}.")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    torch.manual_seed(0)
+    transformers.utils.logging.set_verbosity_error()  # the script prints its own table
+    headroom(args, get_model(ModelSpec(args.model, "cpu", "float32"), fresh=False))
+
+
+if __name__ == "__main__":
+    main()

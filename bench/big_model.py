@@ -124,12 +124,17 @@ def phase(args) -> dict:
 
 
 def run_phase(args, name: str) -> dict:
-    cmd = [sys.executable, __file__, "--phase", name, *sys.argv[1:]]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-4000:])
-        raise SystemExit(f"phase {name} failed (exit {proc.returncode})")
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    """One phase in a fresh process (its peak RSS its own), or in this one with
+    ``--in-process`` (a smoke run: the peaks then accumulate)."""
+    if args.in_process:
+        res = phase(argparse.Namespace(**{**vars(args), "phase": name}))
+    else:
+        cmd = [sys.executable, __file__, "--phase", name, *sys.argv[1:]]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr[-4000:])
+            raise SystemExit(f"phase {name} failed (exit {proc.returncode})")
+        res = json.loads(proc.stdout.strip().splitlines()[-1])
     print(
         f"  {name:16s} peak RSS {res['peak_rss'] / 2**20:8.0f} MiB  {res['seconds']:7.1f} s",
         flush=True,
@@ -377,6 +382,9 @@ def parse(argv=None):
     ap.add_argument("--shard-mb", type=float, default=400, help="--real: packed shard size")
     ap.add_argument("--limit-mb", type=int, default=0, help="--real: the memory-limited runs")
     ap.add_argument("--layouts", default="units,packed", help="--real: which shard layouts")
+    ap.add_argument(
+        "--in-process", action="store_true", help="every phase in this process (a smoke run)"
+    )
     ap.add_argument("--phase", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 

@@ -1,6 +1,5 @@
-"""A results store of realistic size for bench/app_latency.py: real runs, duplicated.
-
-    python bench/bulk_store.py --store /tmp/store200 --runs 200 [--model tiny-llama]
+"""A results store of realistic size for bench/app_latency.py (``--runs N``): real runs,
+duplicated.
 
 First the demo set (core.demo) runs for real on ``--model`` (tiny-llama by default: every
 kind of run a page reads, in a few minutes on a CPU), unless the store already has finished
@@ -13,7 +12,6 @@ one extra key (``bench_copy``), so it has its own run id and is published with
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import shutil
@@ -90,17 +88,3 @@ def build(store_root: Path, n_runs: int, model: str, seed: Path | None = None) -
     made = fill(store, n_runs)
     print(f"{store_root}: {len(store.list())} runs ({made} copies)", file=sys.stderr)
     return store
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--store", type=Path, required=True)
-    ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--model", default="tiny-llama")
-    ap.add_argument("--seed-store", type=Path, help="copy this store's finished runs first")
-    args = ap.parse_args()
-    build(args.store, args.runs, args.model, args.seed_store)
-
-
-if __name__ == "__main__":
-    main()

@@ -50,7 +50,7 @@ def row(method: str, pattern: str, draws: str, m: dict) -> str:
     )
 
 
-def main_bench() -> None:
+def main_bench(argv: list[str] | None = None) -> None:
     ap = protocol_parser(__doc__, nsamples=32, seqlen=512, max_windows=64)
     ap.add_argument("--calib", default="c4", help="the runs' calibration corpus")
     ap.add_argument("--other", default="wikitext2", help="the other corpus' draws")
@@ -59,7 +59,7 @@ def main_bench() -> None:
     ap.add_argument("--eval", default="wikitext2")
     ap.add_argument("--methods", default="wanda,sparsegpt,magnitude")
     ap.add_argument("--patterns", default="unstructured,2:4")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     store = store_path(args, "calib-sensitivity-")
     data = ("--data-dir", args.data_dir, "--store", store)
     print(

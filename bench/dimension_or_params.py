@@ -27,7 +27,7 @@ from protocol import open_store, protocol_parser
 METHODS = "slicegpt,shortgpt,flap,wanda-sp"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = protocol_parser(__doc__, nsamples=32, seqlen=512, max_windows=64)
     ap.add_argument("--models", default=None, help="comma-separated models (default: --model)")
     ap.add_argument("--methods", default=METHODS)
@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--corpus", default="wikitext2", help="calibration and evaluation corpus")
     ap.add_argument("--report-only", action="store_true", help="read the store, run nothing")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     store = open_store(args, "dimension-or-params-")
     print(f"store: {store.root}")
     for name in [m.strip() for m in (args.models or args.model).split(",") if m.strip()]:

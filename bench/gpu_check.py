@@ -81,7 +81,8 @@ def section_methods(args, device: torch.device, store: RunStore) -> dict:
         f"{'method':14s} {'ppl cpu':>10s} {'ppl ' + device.type:>10s} {'ratio-1':>8s} "
         f"{'s cpu':>7s} {'s ' + device.type:>7s} {'GPU peak MiB':>13s}"
     )
-    variants = [(m, F32) for m in available_methods()] + [(m, BF16) for m in BF16_METHODS]
+    methods = args.methods.split(",") if args.methods else available_methods()
+    variants = [(m, F32) for m in methods] + [(m, BF16) for m in BF16_METHODS if m in methods]
     for method, calib_dtype in variants:
         name = method if calib_dtype == F32 else f"{method} bf16"
         tolerance = PPL_TOLERANCE if calib_dtype == F32 else BF16_TOLERANCE
@@ -223,6 +224,7 @@ def parse(argv=None):
     ap.add_argument("--big-vocab", type=int, default=32000)
     ap.add_argument("--small", action="store_true", help="tiny sizes: a smoke test of the script")
     ap.add_argument("--skip", nargs="*", default=[], help="sections to skip")
+    ap.add_argument("--methods", default="", help="comma list (default: every registered one)")
     ap.add_argument("--test-timeout", type=int, default=240)
     ap.add_argument("--out", default="gpu_check.json")
     args = ap.parse_args(argv)

@@ -20,8 +20,8 @@ import time
 import torch
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--calib", required=True)
     ap.add_argument("--method", choices=("sparsegpt", "wanda"), required=True)
@@ -29,8 +29,11 @@ def main() -> None:
     ap.add_argument("--sparsity", type=float, default=0.5)
     ap.add_argument("--save", required=True)
     ap.add_argument("--json", required=True)
-    args = ap.parse_args()
+    return ap.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
     from datasets import Dataset
     from llmcompressor import oneshot
     from llmcompressor.modifiers.pruning import WandaPruningModifier

@@ -20,7 +20,7 @@ give no speed figures worth quoting.
 
 ``--nudge-seeds 0 1 2 3`` measures both tools' numerical spread the same way: round r prunes a
 copy of the model whose token embeddings have a random half of their entries moved one
-float32 ulp (seed r; 0 is the model as is; ``sparsegpt_numerics.ulp_nudge``), so every
+float32 ulp (seed r; 0 is the model as is; ``ulp_nudge``), so every
 layer-0 input moves by the size of the difference two CPUs' kernels make, identically for
 both sides. After the table, each side's perplexity spread (and time spread) over the
 rounds is printed: "parity" is overlapping intervals measured this way, not one draw each.
@@ -42,7 +42,6 @@ import numpy as np
 import torch
 from protocol import SHARED_DATA, protocol_windows
 from safetensors.torch import load_file, save_file
-from sparsegpt_numerics import ulp_nudge
 
 from core.analysis.uncertainty import ppl_intervals
 from core.evaluation.perplexity import evaluate_perplexity
@@ -104,6 +103,16 @@ def quiet_check(what: str) -> bool:
         )
         return False
     return True
+
+
+def ulp_nudge(hidden: list[torch.Tensor], seed: int) -> None:
+    """Move a random half of the entries one ulp up or down (in place)."""
+    gen = torch.Generator().manual_seed(seed)
+    for h in hidden:
+        pick = torch.rand(h.shape, generator=gen) < 0.5
+        up = torch.rand(h.shape, generator=gen) < 0.5
+        toward = torch.where(up, torch.inf, -torch.inf).to(h.dtype)
+        h.copy_(torch.where(pick, torch.nextafter(h, toward), h))
 
 
 def nudged_copy(model_dir: Path, work: Path, seed: int) -> Path:
@@ -195,7 +204,17 @@ def run(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True, stdout=sys.stderr)
 
 
-def main() -> None:
+def llmc_command(py, model_dir, calib: Path, name: str, out_dir: Path, out_json: Path) -> list:
+    """llm-compressor's side of configuration ``name``: bench/llmc_worker.py under ``py``."""
+    method, _, structure = CONFIGS[name]
+    return [
+        str(py), str(HERE / "llmc_worker.py"), "--model-dir", str(model_dir),
+        "--calib", str(calib), "--method", method, "--pattern", structure,
+        "--save", str(out_dir), "--json", str(out_json),
+    ]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--data-dir", default=str(SHARED_DATA))
@@ -229,7 +248,7 @@ def main() -> None:
     ap.add_argument("--windows", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.worker:
         {"ps": ps_worker, "eval": eval_worker}[args.worker](args)
         return
@@ -253,27 +272,9 @@ def main() -> None:
         common = ["--model", ps_model, "--device", args.device]
         common += ["--windows", str(work / "windows.pt")]
         for name in args.only:
-            method, _, structure = CONFIGS[name]
             out_dir, lj, ej = (work / f"{name}-{rnd}{s}" for s in ("", "-l.json", "-e.json"))
             quiet &= quiet_check(f"llm-compressor {name}")
-            run(
-                [
-                    str(py),
-                    str(HERE / "llmc_worker.py"),
-                    "--model-dir",
-                    model_dir,
-                    "--calib",
-                    str(work / "calib.pt"),
-                    "--method",
-                    method,
-                    "--pattern",
-                    structure,
-                    "--save",
-                    str(out_dir),
-                    "--json",
-                    str(lj),
-                ]
-            )
+            run(llmc_command(py, model_dir, work / "calib.pt", name, out_dir, lj))
             run(
                 [
                     sys.executable,

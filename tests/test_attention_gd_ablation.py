@@ -1,13 +1,10 @@
 """The ablation of attention-gd's gain (core/analysis/gd_ablation.py and
 bench/attention_gd_ablation.py): the component rule says "earns" for a component whose removal
 raises perplexity and not for one whose removal changes nothing (50 synthetic draws each, ≥ 90
-%), and the bench runs end to end on the tiny model (``--smoke``) and prints both families'
-tables with intervals paired against Wanda."""
+%). The bench's smoke run (both families' tables, paired against Wanda) is in
+tests/test_bench.py."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -18,8 +15,6 @@ from core.analysis.gd_ablation import (
     component_verdict,
 )
 from core.analysis.uncertainty import Bootstrap
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 DRAWS = 50
 
@@ -73,22 +68,3 @@ def test_every_reading_is_a_registered_method_with_valid_options():
     for name, (method, options) in READINGS.items():
         assert make_method(method, options).name == method, name
     assert set(COMPONENTS.values()) <= set(READINGS)
-
-
-def test_the_bench_runs_end_to_end_on_the_tiny_model(tmp_path, monkeypatch):
-    """``--smoke``: tiny-llama on pydoc text, both families, two seeds; the readings that the
-    components need (and Wanda), resumable from its --out file."""
-    monkeypatch.setenv("PRUNESCOPE_CACHE", "/tmp/pscache")
-    import attention_gd_ablation as bench
-
-    out = tmp_path / "nll.json"
-    argv = ["--smoke", "--out", str(out), "--readings", "wanda", "wanda + swap",
-            "adam, no swap", "default"]  # fmt: skip
-    text = bench.main(argv)
-    assert "**70% of W_Q/W_K only**" in text and "**50% of every linear" in text
-    assert "| wanda | " in text and "+0.0000 [+0.0000, +0.0000]" in text  # Wanda against itself
-    assert text.count("| swap search (− adam, no swap) |") == 2
-    assert text.count("| descent (Adam) (− wanda + swap) |") == 2
-    stored = out.read_text()
-    assert stored.count("|default|") == 4  # 2 settings x 2 seeds
-    assert bench.main(argv) == text  # resumed from --out: nothing measured again

@@ -77,7 +77,7 @@ def test_a_model_without_an_analysis_is_not_yet_measured(stored):
     assert hr.load("gemma3-270m") is None and hr.table("gemma3-270m") == []
     assert hr.standing("gemma3-270m") == (
         "On gemma3-270m: where attention-gd stands against Wanda is not yet measured "
-        "(python bench/attention_gd.py --model gemma3-270m)."
+        "(python bench/attention_gd_headroom.py --model gemma3-270m)."
     )
     summary = AttentionGD(AttentionGDOptions()).model_summary("gemma3-270m")
     assert summary == {"standing_vs_wanda": hr.standing("gemma3-270m")}

@@ -62,7 +62,7 @@ def gd_trajectories(
 
     traj columns: step, ``series`` and the panel columns present. Built as one dict and
     validated once: make_subplots and a validated add_trace per line cost several times
-    more, on every render of the Assumption checks page (bench/app_script_cpu.py).
+    more, on every render of the Assumption checks page (docs/benchmarks.md, "Speed of the app").
     """
     if traj.empty:
         return empty_figure("no GD trajectory recorded")

@@ -4,7 +4,7 @@ A check earns trust by saying "no" where the answer is no: x⁴ has no PL consta
 minimum, |x − c|^{3/2} has a gradient that is not Lipschitz at c, and a strongly convex
 quadratic with spectrum 1..10 satisfies both with μ = 1, L = 10: the page draws the rule's
 reading of each. ``ridge_quadratic`` adds attention-gd's penalty ½λ‖x‖² to a quadratic with a
-log-spaced spectrum, so μ(λ) is known (``bench/attention_gd.py --mu-lambda``). The controls
+log-spaced spectrum, so μ(λ) is known (docs/design-notes.md). The controls
 whose power the verdicts state match a real layer instead (dimension 10⁴, the layer's
 spectral density): ``synthetic_layer``, judged by ``power``.
 """

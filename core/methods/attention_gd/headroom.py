@@ -1,7 +1,7 @@
 """Where attention-gd stands against Wanda, per model, from the stored headroom analysis.
 
-``python bench/attention_gd.py --headroom-json FILE`` (the bench's default mode, issue 32)
-writes the headroom table: per calibration size, mean and std over seeds of every row's
+``python bench/attention_gd_headroom.py --headroom-json FILE`` writes the headroom table
+(``core.analysis.gd_headroom``): per calibration size, mean and std over seeds of every row's
 calibration and held-out attention error (and the GD rows' continuous error, mask delta, keep
 flips, ...), and the attribution of the gap to Wanda (objective / relaxation / optimiser /
 overfitting / none). The files measured so far sit beside this module as
@@ -62,7 +62,7 @@ def _size(data: dict[str, Any], tokens: int | None) -> dict[str, Any]:
 def not_measured(model: str) -> str:
     return (
         f"On {model}: where attention-gd stands against Wanda is not yet measured "
-        f"(python bench/attention_gd.py --model {model})."
+        f"(python bench/attention_gd_headroom.py --model {model})."
     )
 
 

@@ -83,7 +83,7 @@ class AttentionGDOptions:
     dtype: GD precision. others: how V/O/MLP are pruned in the same run. seed: for "random".
 
     Defaults: the reading with the lowest calibration attention error among those that move
-    the mask in ``bench/attention_gd.py --headroom`` (docs/design-notes.md): Wanda's keep mask,
+    the mask in ``bench/attention_gd_headroom.py`` (docs/design-notes.md): Wanda's keep mask,
     150 Adam steps (tol 1e-5), then the swap search (20 evaluations per group), 8 sequences ×
     64 tokens (the table's smallest calibration size; a step costs O(tokens²): one loss and
     gradient of a group took 0.008 s on 8 × 64 tokens, 0.55 s on 8 × 320). On smollm2-135m at

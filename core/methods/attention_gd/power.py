@@ -17,7 +17,7 @@ exactly as production judges a group: the judged trajectory comes from productio
 probes and first step of the independent run. Each rate carries a 95 % Wilson interval over
 the starts; a power statement gives its upper limit (``verdict_notes``). The production
 budget's table is stored beside this module (``power_production.json``, written by
-``python bench/attention_gd.py --power``) so a page reads it instead of judging 512 starts.
+a retired bench script, docs/design-notes.md) so a page reads it instead of judging 512 starts.
 """
 
 from __future__ import annotations

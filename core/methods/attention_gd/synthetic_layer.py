@@ -2,7 +2,7 @@
 Hessian with a real group's spectral density, exact μ and L, and cheap exact derivatives.
 
 A real GQA group's objective has ~147k mask entries, a Hessian whose positive part spans
-~7.6 decades and a negative part down to −1.96 (``bench/attention_gd.py --spectrum``). An
+~7.6 decades and a negative part down to −1.96 (docs/design-notes.md, "The layers' spectrum"). An
 8-dimensional convex quadratic matches none of that, so the power the rule showed on one says
 little about a layer. Each control here is separable in a rotated basis,
 
