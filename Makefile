@@ -30,10 +30,11 @@ run: $(STAMP)
 # runs beside the rest. One OpenMP thread per process: three workers (and the jobs they
 # start) already fill two cores, and OpenMP threads spin while they wait, so a second thread
 # each burnt the CPU the other workers needed (docs/benchmarks.md, "The test suite's CPU").
-# -rs names every skipped test and why.
+# Tests marked `long` start first (tests/conftest.py; --no-loadscope-reorder keeps that order
+# instead of sorting files by their number of tests). -rs names every skipped test and why.
 test: $(STAMP)
 	$(PY) -m core prepare
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -m "" -q -rs -n 3 --dist loadfile
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -m "" -q -rs -n 3 --dist loadfile --no-loadscope-reorder
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q

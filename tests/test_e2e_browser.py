@@ -124,6 +124,7 @@ DEMO_MODEL = os.environ.get(
 )  # the set's budget is 10 min on 2 cores; a loaded machine needs slack
 
 
+@pytest.mark.long
 @pytest.mark.timeout(DEMO_TIMEOUT_S + 600)  # the suite's 900 s cap is less than the set needs
 def test_populate_every_page_then_every_page_has_a_chart(tmp_path, shots, record_property) -> None:
     """Fresh store -> "Populate every page" -> the demo set (real smollm2-135m) finishes ->

@@ -30,6 +30,7 @@ from appserver import (
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.long,
     pytest.mark.skipif(
         not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing (apt-get install chromium)"
     ),

@@ -71,6 +71,7 @@ def test_gemma_cache_key_needs_no_assembly(tmp_path, monkeypatch) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.skipif(not GEMMA_INSTALLED, reason=NOT_INSTALLED)
 def test_gemma_loads_offline_and_the_cached_copy_matches_the_gguf(tmp_path, monkeypatch) -> None:
     """The converted copy is a Gemma3ForCausalLM behind the Gemma-3 adapter whose logits equal

@@ -17,7 +17,7 @@ from core.sweeps.grid import GridSpec
 from core.sweeps.orchestrate import run_sweep_grid
 from core.sweeps.ray_cluster import head_address
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.long]
 ray = pytest.importorskip("ray")
 
 # 2 configurations (a method without calibration, one with OBS updates) and their dense
