@@ -136,10 +136,10 @@ def check_stream(cfg: RunConfig, geo: Geometry) -> None:
 
 
 def plan_run(cfg: RunConfig, geo: Geometry | None = None, method: Method | None = None) -> Plan:
-    """The one maker of a ``Plan``: every size ``cfg`` depends on, against its model's
-    geometry (no weights loaded): ``geo``, else the geometry read from the model's config.
-    The plan holds what was resolved on the way (roles, the method built once, or ``method``
-    when the caller built it), for the run's execution to take as an argument."""
+    """The ``Plan`` of ``cfg``: every size it depends on, against its model's geometry (no
+    weights loaded): ``geo``, else the geometry read from the model's config. The plan holds
+    what was resolved on the way (roles, the method built once, or ``method`` when the
+    caller built it), for the run's execution to take as an argument."""
     geo = geo or geometry(cfg.model)
     check_stream(cfg, geo)
     if cfg.kind != ZEROSHOT:
