@@ -111,11 +111,12 @@ def show_path(values: dict[str, Any]) -> None:
     when the values are not runnable (the estimate above says why)."""
     try:
         planned = form_plan(store, "prune", values)
+        figures = planned.placement
     except PruneScopeError:
         return
     stream = planned.cfg.model.stream
     path = "**streamed from disk**, one layer at a time" if stream else "**in memory**"
-    st.caption(f":material/memory: Runs {path}: {planned.placement.describe()}.")
+    st.caption(f":material/memory: Runs {path}: {figures.describe()}.")
 
 
 # ---- results -------------------------------------------------------------------------------------

@@ -2,10 +2,10 @@
 
 ``core.runs.plan`` alone makes Plans: ``plan_run`` checks a resolved ``RunConfig`` against
 its model's geometry (read from the config alone) and builds the method once with its typed
-options; ``plan_config`` plans a config a caller holds alone (a job's file). Execution (``core.runs.execute`` and the run kinds it
-dispatches to) takes the Plan and derives none of it again. How many plans a job makes is
-written in docs/architecture.md ("One run", step 3): one in the process that launches it,
-one in the job's own process, read from the job's file.
+options; ``plan_config`` plans a config a caller holds alone (a job's file). Execution
+(``core.runs.execute`` and the run kinds it dispatches to) takes the Plan and derives none
+of it again. How many plans a job makes is written in docs/architecture.md ("One run",
+step 3): one in the process that launches it, one in the job's own process, from its file.
 """
 
 from __future__ import annotations
