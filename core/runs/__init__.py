@@ -18,8 +18,8 @@ from core.runs.plan import (
     plan_eval,
     plan_prune,
     plan_relation_sweep,
-    plan_slice,
     plan_run,
+    plan_slice,
     plan_zeroshot,
 )
 from core.runs.planned import Plan
