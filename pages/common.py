@@ -17,6 +17,7 @@ import streamlit as st
 from core import jobs
 from core.errors import PruneScopeError, StoreError, StoreIndexError
 from core.names import STAGES
+from core.runs.planned import Plan
 from core.store.integrity import files_stamp
 from core.store.reindex import damage_message, index_damage, rebuild_index
 from core.store.run_store import RunRecord, RunStore, default_root
@@ -253,10 +254,17 @@ def follow_job(key: str, job_id: str) -> None:
 
 
 def start_and_follow(
-    store: RunStore, key: str, command: str, params: dict[str, Any], save_model: bool = False
+    store: RunStore,
+    key: str,
+    command: str,
+    params: dict[str, Any],
+    save_model: bool = False,
+    plan: Plan | None = None,
 ) -> jobs.JobStatus:
-    """Start ``command`` as a background job, follow it under ``key``; its first status."""
-    job_id = jobs.start_job(store, command, params, save_model)
+    """Start ``command`` as a background job, follow it under ``key``; its first status.
+    ``plan``: the form's plan of exactly these values (``pages.forms.form_plan``), launched as
+    it is; without it the values are planned at the launch."""
+    job_id = jobs.start_job(store, command, params, save_model, plan)
     follow_job(key, job_id)
     return jobs.job_status(store, job_id)
 

@@ -20,6 +20,7 @@ from core.planning.speed import Speed, measured_speed
 from core.requests import request as requests
 from core.requests.commands import PRESETS, app_preset
 from core.runs.estimate import estimate_seconds
+from core.runs.planned import Plan
 from core.settings.config import ModelSpec
 from core.settings.field import CHOICE, FLAG, FLOAT, INT, MULTI, Field, method_list
 from core.store.run_store import RunStore
@@ -28,6 +29,7 @@ from pages.links import linked
 
 OTHER_MODEL = "other (local folder or Hugging Face id)"
 UPLOAD = "upload a text file"
+PLAN_MEMO = "form_plans"  # session state: {command: (a form's values, their plan or refusal)}
 CORPUS_FIELDS = ("calib", "eval")
 PRESET_FIELDS = ("nsamples", "calib_seqlen", "seqlen", "max_windows")
 PRESET_HELP = (
@@ -200,11 +202,30 @@ def speed_for(store: RunStore, model: ModelSpec) -> Speed:
     return measured_speed(store, device_type(model), model.name)
 
 
+def form_plan(store: RunStore, command: str, values: dict[str, Any]) -> Plan:
+    """The plan of a form's values, exactly as ``python -m core <command>`` would plan them
+    (an upload counts as a small file), made once per form state: every widget change reruns
+    the page, and a rerun with the same values takes the plan (or the refusal) it made, so
+    the estimate, the path caption and the launch share one plan. The form's last state is
+    kept per command in the session (``PLAN_MEMO``)."""
+    key = (str(store.root), repr(sorted(values.items())))
+    memo = st.session_state.setdefault(PLAN_MEMO, {})
+    if command not in memo or memo[command][0] != key:
+        planned = {k: ("pydoc" if v == UPLOAD else v) for k, v in values.items()}
+        try:
+            memo[command] = (key, requests.plan_command(command, planned, store))
+        except PruneScopeError as exc:
+            memo[command] = (key, exc)
+    found = memo[command][1]
+    if isinstance(found, PruneScopeError):
+        raise found
+    return found
+
+
 def planned_seconds(store: RunStore, command: str, values: dict[str, Any]) -> tuple[float, str]:
-    """(estimated seconds, where the speed came from) of a form's values, planned exactly as
-    ``python -m core <command>`` would run them (an upload counts as a small file)."""
-    planned = {k: ("pydoc" if v == UPLOAD else v) for k, v in values.items()}
-    cfg = requests.plan_request(command, planned, store)
+    """(estimated seconds, where the speed came from) of a form's values, from their plan
+    (``form_plan``)."""
+    cfg = form_plan(store, command, values).cfg
     speed = speed_for(store, cfg.model)
     return estimate_seconds(cfg, store, speed), speed.source
 

@@ -13,8 +13,6 @@ from core import figures, jobs
 from core.analysis.tables import DENSE_ACC, accuracy_beside_dense
 from core.errors import PruneScopeError
 from core.names import PARAMS_REMOVED, PRUNED_KINDS, SLICE, STRUCTURED, T_STRUCTURE
-from core.planning.fit import plan_fit
-from core.requests import request as requests
 from core.requests.commands import command_fields, defaults
 from core.store.run_store import Run
 from pages.common import (
@@ -32,10 +30,10 @@ from pages.common import (
 )
 from pages.forms import (
     PRESET_FIELDS,
-    UPLOAD,
     corpus_name,
     draw,
     field_value,
+    form_plan,
     planned_seconds,
     preset_picker,
     show_estimate,
@@ -90,8 +88,9 @@ def form_values(start: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     return values, upload
 
 
-def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
-    """Draw the form; when Run is pressed return (field values, save-model flag)."""
+def prune_form(running: bool) -> tuple[dict[str, Any], bool, bool] | None:
+    """Draw the form; when Run is pressed return (field values, force flag, save-model flag).
+    The estimate, the path caption and the launch take one plan of the values (``form_plan``)."""
     preset = preset_picker("preset", [key(n) for n in PRESET_FIELDS])
     values, upload = form_values(defaults("prune", preset))
     with st.expander("Output"):
@@ -103,20 +102,20 @@ def prune_form(running: bool) -> tuple[dict[str, Any], bool] | None:
         return None
     values["calib"] = corpus_name(values["calib"], upload, store)
     values["eval"] = corpus_name(values["eval"], upload, store)
-    return {**values, "force": force}, save
+    return values, force, save
 
 
 def show_path(values: dict[str, Any]) -> None:
-    """Which path the run will take, as planned (core.planning.fit): in memory or streamed
-    from disk one layer at a time, with the figures that chose it. Nothing when the values
-    are not runnable (the estimate above says why)."""
-    planned = {k: ("pydoc" if v == UPLOAD else v) for k, v in values.items()}
+    """Which path the run will take, as planned (the plan's placement, core.planning.fit): in
+    memory or streamed from disk one layer at a time, with the figures that chose it. Nothing
+    when the values are not runnable (the estimate above says why)."""
     try:
-        cfg = requests.plan_request("prune", planned, store)
-        figures = plan_fit(cfg.model, cfg.calib, cfg.eval)
+        planned = form_plan(store, "prune", values)
+        figures = planned.placement
     except PruneScopeError:
         return
-    path = "**streamed from disk**, one layer at a time" if cfg.model.stream else "**in memory**"
+    stream = planned.cfg.model.stream
+    path = "**streamed from disk**, one layer at a time" if stream else "**in memory**"
     st.caption(f":material/memory: Runs {path}: {figures.describe()}.")
 
 
@@ -250,8 +249,11 @@ status = jobs.job_status(store, job_id) if job_id else None
 try:
     request = prune_form(running=status is not None and not status.finished)
     if request is not None:
-        params, save = request
-        status = start_and_follow(store, "job_id", "prune", params, save)
+        values, force, save = request
+        # the form's plan: the same values unless a corpus was uploaded (its file is named now)
+        planned = form_plan(store, "prune", values)
+        params = {**values, "force": force}
+        status = start_and_follow(store, "job_id", "prune", params, save, planned)
 except PruneScopeError as exc:
     show_error(exc)
 show_job(store, status, "result_run")

@@ -39,6 +39,7 @@ from pages.forms import (
     PRESET_FIELDS,
     corpus_name,
     draw,
+    form_plan,
     method_options,
     planned_seconds,
     preset_picker,
@@ -120,8 +121,9 @@ def sweep_launcher() -> None:
         with box:
             try:
                 params = sweep_form() if box.open else None
-                if params is not None:
-                    status = start_and_follow(store, "sweep_job_id", "sweep", params)
+                if params is not None:  # the estimate's plan, unless a corpus was uploaded
+                    planned = form_plan(store, "sweep", params)
+                    status = start_and_follow(store, "sweep_job_id", "sweep", params, plan=planned)
             except PruneScopeError as exc:
                 show_error(exc)
     show_job(store, status, "sweep_run")

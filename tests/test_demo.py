@@ -31,7 +31,7 @@ def test_every_piece_plans_and_the_dense_piece_is_their_baseline(store) -> None:
     dense_id = configs["dense"].run_id
     for key, cfg in configs.items():
         if cfg.kind == "prune":
-            assert plan_eval(cfg.model, cfg.eval).run_id == dense_id, key
+            assert plan_eval(cfg.model, cfg.eval).cfg.run_id == dense_id, key
             assert (cfg.calib.nsamples, cfg.calib.seqlen) == (8, 128)
     assert len({c.run_id for c in configs.values()}) == len(pieces)  # no piece twice
 
@@ -44,7 +44,7 @@ def test_shortgpt_and_flap_pieces_measure_the_dimension_at_a_quarter_budget(stor
     for key in ("shortgpt", "flap"):
         cfg = demo.piece_config(store, pieces[key])
         assert (cfg.kind, cfg.prune.method, cfg.prune.budget) == ("structured", key, 0.25)
-        assert not cfg.lean and plan_eval(cfg.model, cfg.eval).run_id == dense_id
+        assert not cfg.lean and plan_eval(cfg.model, cfg.eval).cfg.run_id == dense_id
 
 
 def test_the_queue_carries_each_piece_resolved(store, monkeypatch) -> None:

@@ -206,7 +206,7 @@ def plan(name: str, method: str, targets: str = "all", seqlen: int = 16, **optio
         PruneConfig(method, 0.5, targets=targets, options=tuple(options.items())),
         CalibConfig(nsamples=2, seqlen=seqlen),
         EvalConfig(seqlen=16, max_windows=2),
-    )
+    ).cfg
 
 
 def test_planning_refuses_what_a_family_cannot_run():

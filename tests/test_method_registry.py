@@ -28,7 +28,6 @@ from core.requests import request as requests
 from core.requests.commands import command_fields
 from core.runs import RunOptions, execute
 from core.runs.estimate import estimate_seconds
-from core.runs.plan import resolved
 from core.settings.config import ModelSpec
 from core.settings.field import FLAG, FLOAT
 from core.store.run_store import RunStore
@@ -142,10 +141,10 @@ def test_a_new_method_runs(toy, tmp_path, monkeypatch) -> None:
         lambda *a, **kw: used.append(kw["method"]) or apply(*a, **kw),
     )
     store = RunStore(tmp_path / "store")
-    cfg = requests.plan_request("prune", {**TINY, "method": toy, "sparsity": 0.5})
-    out = execute(cfg, store, None, RunOptions())
-    assert out["run_id"] == cfg.run_id
-    assert len(used) == 1 and used[0] is resolved(cfg).method
+    plan = requests.plan_command("prune", {**TINY, "method": toy, "sparsity": 0.5})
+    out = execute(plan, store, None, RunOptions())
+    assert out["run_id"] == plan.cfg.run_id
+    assert len(used) == 1 and used[0] is plan.method
     assert out["metrics"]["achieved_sparsity"] == pytest.approx(0.5, abs=0.02)
 
 

@@ -93,8 +93,8 @@ def test_sweep_notebook_rebuilds_the_laws_figure(store):
 def finished_grid(store) -> tuple[str, list[str]]:
     """A grid sweep job as the Sweeps page finds it once done: its cells and its row of the
     jobs table (a process that has ended, its outcome written); its points are real runs."""
-    dense = plan_eval(TINY, EVAL)
-    points = [plan_prune(TINY, PruneConfig("magnitude", s), CALIB, EVAL) for s in (0.25, 0.5)]
+    dense = plan_eval(TINY, EVAL).cfg
+    points = [plan_prune(TINY, PruneConfig("magnitude", s), CALIB, EVAL).cfg for s in (0.25, 0.5)]
     for cfg in points:
         run_prune(TINY, cfg.prune, CALIB, EVAL, store)
     configs = [dense, *points]

@@ -186,7 +186,7 @@ def test_primary_protocol_plans_the_slice_runs_the_cli_makes(tiny_protocol, shar
             one = build_parser().parse_args([*flags, "--device", "cpu"])
             planned = plan_request("slice", field_values(one))
             assert planned.run_id == c.run_id, (s, c.calib.seed)
-    dense = plan_eval(cfg.model, cfg.eval)
+    dense = plan_eval(cfg.model, cfg.eval).cfg
     assert dense.eval.seqlen == 64 and dense.eval.max_windows == 4 and dense.calib is None
 
 

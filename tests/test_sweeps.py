@@ -57,14 +57,14 @@ def test_grid_has_the_ids_of_single_runs_dense_first_each_once():
     expect = {
         plan_prune(
             MODEL, PruneConfig("wanda", x), CALIB.__class__(CALIB.data, 4, 64, seed), EVAL
-        ).run_id
+        ).cfg.run_id
         for x in (0.25, 0.5)
         for seed in (0, 1)
     }
     expect |= {
         plan_slice(
             MODEL, PruneConfig("slicegpt", x), CalibConfig(CALIB.data, 4, 64, seed), EVAL
-        ).run_id
+        ).cfg.run_id
         for x in (0.25, 0.5)
         for seed in (0, 1)
     }

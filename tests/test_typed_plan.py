@@ -1,7 +1,7 @@
 """Values typed once at the edge and resolved once by the plan: a method option is parsed by
 its kind from the CLI or taken as the form's dataclass, the same choice gives the same run
-id either way, planning builds the method once and the run executes what the plan resolved
-(roles of the model's family, the method object) without checking the config again. Run
+id either way, planning builds the method once and the run executes the Plan it made
+(roles of the model's family, the method object), handed over as an argument. Run
 ids of configs with options are pinned from before this change."""
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ import json
 import pytest
 
 import core.runs.plan as plan_mod
-import core.runs.resolved as resolved_mod
 from core.errors import ConfigError
 from core.methods.attention_gd import AttentionGDOptions
 from core.methods.options import typed_options
 from core.names import family_roles
 from core.planning.cost import method_flops, model_shape
 from core.requests import request as requests
-from core.runs.plan import resolved
+from core.runs.plan import plan_config
 from core.settings.config import ModelSpec, PruneConfig, RunConfig
 
 BASE = {
@@ -71,20 +70,21 @@ def test_an_option_is_parsed_by_its_kind_and_the_form_gives_the_cli_s_id() -> No
     assert typed_options("attention-gd", ["eta=none"]).eta is None
 
 
-def test_a_planned_config_is_resolved_once_and_executed_as_resolved(monkeypatch) -> None:
+def test_a_plan_builds_its_method_once_and_a_job_file_is_planned_once(monkeypatch) -> None:
     built = []
     real = plan_mod.make_method
     monkeypatch.setattr(plan_mod, "make_method", lambda *a: built.append(a) or real(*a))
-    cfg = requests.plan_request("prune", {**BASE, "method": "wanda", "targets": "mlp"})
+    planned = requests.plan_command("prune", {**BASE, "method": "wanda", "targets": "mlp"})
     assert len(built) == 1  # the plan's one method, handed to its checks
-    planned = resolved(cfg)
-    assert len(built) == 1 and planned.cfg == cfg
     assert planned.roles == ("gate", "up", "down") and planned.method.name == "wanda"
-    # a config read from a file (a background job) is checked once, when it is executed
-    monkeypatch.setattr(resolved_mod, "_KEPT", type(resolved_mod._KEPT)())
-    again = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
-    assert resolved(again).method is not planned.method and len(built) == 2
-    assert resolved(again) is resolved(again) and len(built) == 2
+    assert requests.plan_request("prune", {**BASE, "method": "wanda", "targets": "mlp"}) == (
+        planned.cfg
+    )
+    # a config read from a file (a background job) is planned once, from the file alone
+    built.clear()
+    again = plan_config(RunConfig.from_dict(json.loads(json.dumps(planned.cfg.to_dict()))))
+    assert again.cfg == planned.cfg and again.roles == planned.roles and len(built) == 1
+    assert again.method is not planned.method and again.method.options == planned.method.options
 
 
 def test_roles_per_family_have_one_rule() -> None:

@@ -256,11 +256,11 @@ def test_run_config_round_trips_with_the_same_id():
 
     cfg = plan_prune(
         MODEL, PruneConfig("sparsegpt", 0.5, "2:4"), CALIB, EVAL, ZeroShotConfig(("piqa",), 5, "/x")
-    )
+    ).cfg
     again = RunConfig.from_dict(json.loads(cfg.canonical_json()))
     assert again.run_id == cfg.run_id and again.prune == cfg.prune
     assert again.extra_value("zeroshot") == zeroshot_dict(ZeroShotConfig(("piqa",), 5, "/x"))
-    plain = plan_prune(MODEL, PruneConfig("wanda", 0.5), CALIB, EVAL)
+    plain = plan_prune(MODEL, PruneConfig("wanda", 0.5), CALIB, EVAL).cfg
     assert plain.extra == ()  # runs without accuracy keep the ids they always had
 
 

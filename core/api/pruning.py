@@ -3,7 +3,7 @@ it, handing back the pruned model and what pruning did per layer.
 
 The edge is the CLI's: the method's options are typed by its options dataclass
 (``typed_options``), the prune config checked by its dataclass and ``resolve_prune``, and
-every size against the model's own geometry (``check_run``: N:M against the targeted widths,
+every size against the model's own geometry (``plan_run``: N:M against the targeted widths,
 sequence lengths against the context, the method's refusal of the family), so a bad call is
 one ``core.errors`` error before any work. Then ``core.pruning.apply.apply_prune`` changes the
 model, on the device its weights are on. With ``store`` the call is a stored run instead
@@ -32,7 +32,7 @@ from core.pruning.apply import apply_prune
 from core.runs.common import RunOptions
 from core.runs.execute import execute
 from core.runs.measure import weight_sparsity
-from core.runs.plan import check_run, plan_prune, resolve_prune
+from core.runs.plan import plan_prune, plan_run, resolve_prune
 from core.runs.prune import layer_rows
 from core.runs.rebuild import model_of_run
 from core.runs.resources import holding
@@ -126,7 +126,7 @@ def prune(
         return _stored(lm, cfg_prune, calib_cfg, evaluate, open_store(where), inplace, progress)
     width = calib_cfg.seqlen if calib_cfg is not None else calib.shape[1]  # type: ignore[union-attr]
     cfg = RunConfig(built.run_kind, spec_of(model), EvalConfig(seqlen=width), calib_cfg, cfg_prune)
-    planned = check_run(cfg, geometry_of(model), built)  # every size against the geometry
+    planned = plan_run(cfg, geometry_of(model), built)  # every size against the geometry
     target = lm if inplace else loaded(copy.deepcopy(model), tokenizer, lm.name)
     ids = calib_ids(target, calib, calib_cfg)
     device = device_of(model)
@@ -188,9 +188,10 @@ def _stored(
     eval_cfg = as_eval(evaluate) if evaluate is not None else EvalConfig()
     if eval_cfg is None:
         raise ConfigError("a stored run evaluates on a corpus: give evaluate as a name or config")
-    cfg = plan_prune(spec_of(lm.model, lm.name), cfg_prune, calib_cfg, eval_cfg)
+    plan = plan_prune(spec_of(lm.model, lm.name), cfg_prune, calib_cfg, eval_cfg)
+    cfg = plan.cfg
     with holding(cfg.model, lm):
-        out = execute(cfg, store, progress, RunOptions())
+        out = execute(plan, store, progress, RunOptions())
         run = store.load(out["run_id"])
         if restorable(run):
             model = restore_model(run, cfg.model)

@@ -38,7 +38,7 @@ from core.models.catalog import EMBEDDED_MODEL
 from core.models.gguf import prepare
 from core.names import GRID_SWEEP
 from core.requests.commands import CHOICE, COMMANDS, FLAG, FLOAT, INT, LIST, Field, command_fields
-from core.requests.request import plan_request, run_options, save_folder
+from core.requests.request import plan_command, run_options, save_folder
 from core.runs import RunOptions, effdim_report, execute
 from core.runs.store_access import tee
 from core.settings.config import RunConfig
@@ -173,8 +173,7 @@ def cmd_run_command(args: argparse.Namespace, progress: TqdmProgress) -> dict[st
     if args.command == "sweep" and cli_sweep.sweep_kind(args, values) == GRID_SWEEP:
         return cli_sweep.cmd_grid(args, progress, values, store)
     opts = run_options(args.command, values, args.force)  # --save checked before planning
-    cfg = plan_request(args.command, values, store)
-    return execute(cfg, store, progress, opts)
+    return execute(plan_command(args.command, values, store), store, progress, opts)
 
 
 def cmd_run_config(args: argparse.Namespace, progress: TqdmProgress) -> dict[str, Any]:
@@ -194,7 +193,7 @@ def cmd_run_config(args: argparse.Namespace, progress: TqdmProgress) -> dict[str
         executor = LocalExecutor()
         return run_grid(list(job.configs), store, executor, cli_sweep.grid_progress(progress))
     opts = RunOptions(args.force, save_folder(args.save, args.force), args.activations_on_cpu)
-    return execute(cfg, store, progress, opts)
+    return execute(cfg, store, progress, opts)  # the job's one plan is made there, from FILE
 
 
 def cmd_job(args: argparse.Namespace, progress: TqdmProgress) -> dict[str, Any]:

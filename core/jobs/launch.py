@@ -1,7 +1,8 @@
-"""Start and cancel background jobs. One launch protocol: the app resolves what to run (a
-RunConfig through ``core.requests.request``, or a grid sweep's configs, core.jobs.grid_sweep),
-writes it as JSON and runs ``python -m core run --config FILE --job ID`` in a subprocess (the
-CLI's code path, clean cancel, GPU memory freed when it ends). ``launch_process`` is the one
+"""Start and cancel background jobs. One launch protocol: the app plans what to run (a
+``Plan`` through ``core.requests.request``, or a grid sweep's configs, core.jobs.grid_sweep),
+writes its config as JSON and runs ``python -m core run --config FILE --job ID`` in a
+subprocess (the CLI's code path, clean cancel, GPU memory freed when it ends), which plans
+it once more from that file: the job's own plan. ``launch_process`` is the one
 place a job's process starts (the demo queue's driver starts there too).
 
 A job's state lives in its row of the store's jobs table (core.store.jobs_table): this
@@ -32,7 +33,8 @@ from core.errors import ConfigError
 from core.jobs.records import CHILDREN, config_path, log_path, model_dir, reap, send_signal
 from core.jobs.reporter import CANCELLED_ERROR
 from core.names import JOB_KINDS
-from core.requests.request import plan_request
+from core.requests.request import plan_command
+from core.runs.planned import Plan
 from core.settings.config import RunConfig
 from core.store.jobs_table import (
     ACTIVE,
@@ -56,14 +58,20 @@ JOB_OWNED = ("store", "json", "quiet", "save", "force")  # set by the job, not b
 
 
 def start_job(
-    store: RunStore, command: str, params: Mapping[str, Any], save_model: bool = False
+    store: RunStore,
+    command: str,
+    params: Mapping[str, Any],
+    save_model: bool = False,
+    plan: Plan | None = None,
 ) -> str:
     """Plan ``command`` with these field values, then run it in the background; return the
-    job id. Raises a PruneScopeError on bad input, before anything is written."""
+    job id. ``plan``: the caller's plan of exactly these values (a form plans once for its
+    estimate, its caption and this launch), used instead of planning again. Raises a
+    PruneScopeError on bad input, before anything is written."""
     values = {k: v for k, v in params.items() if k not in JOB_OWNED}
     if save_model and command != "prune":
         raise ConfigError(f"saving the model is only offered for prune jobs, not {command}")
-    cfg = plan_request(command, values, store)
+    cfg = (plan or plan_command(command, values, store)).cfg
     on_cpu = bool(values.get("activations_on_cpu"))
     return start_config_job(store, cfg, bool(params.get("force")), on_cpu, save_model)
 

@@ -92,7 +92,7 @@ def apply_prune(
 ) -> tuple[Any, list[dict[str, Any]]]:
     """Change ``lm`` in place with a resolved config: allocation, then the method's
     ``apply`` (the shared runner for layer-wise methods, SliceGPT's own procedure).
-    ``method`` and ``roles``: what the run's plan resolved (``core.runs.plan.resolved``);
+    ``method`` and ``roles``: what the run's plan resolved (``core.runs.planned.Plan``);
     built from the config when not given (a direct call). Returns (the method's result,
     allocation rows)."""
     roles = roles or resolve_roles(prune.targets)

@@ -1,8 +1,9 @@
 """One path from field values (parsed CLI flags, app form values) to a resolved RunConfig.
 
-``plan_request(command, values)`` fills the command's defaults (``core.requests.commands``), checks
-every value's type, builds the config dataclasses and plans the run (``core.runs.plan``),
-so CLI, app and background jobs validate the same way and get the same run id.
+``plan_command(command, values)`` fills the command's defaults (``core.requests.commands``),
+checks every value's type, builds the config dataclasses and plans the run once
+(``core.runs.plan``: a ``Plan``), so CLI, app and background jobs validate the same way and
+get the same run id; ``plan_request`` is its config alone.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from core.names import NO_PROTOCOL, RELATION_SWEEP
 from core.requests.commands import command_fields, defaults, sweep_reference
 from core.requests.protocol_fields import UNSET_UNDER_PROTOCOL, primary_values
 from core.runs import (
+    Plan,
     RunOptions,
+    plan_config,
     plan_eval,
     plan_prune,
     plan_relation_sweep,
@@ -252,7 +255,7 @@ def with_protocol(v: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _plan_relation_sweep(v: Mapping[str, Any]) -> RunConfig:
+def _plan_relation_sweep(v: Mapping[str, Any]) -> Plan:
     if method_list(v["method"]) != ["slicegpt"]:
         raise ConfigError("sweep --method supports slicegpt (the representation-dimension sweep)")
     v = with_protocol(v)
@@ -298,10 +301,9 @@ def _plan_recover(v: Mapping[str, Any], store: RunStore | None) -> RunConfig:
     return plan_recover(store, rc, calib, zeroshot_config(v))
 
 
-def plan_request(
-    command: str, given: Mapping[str, Any], store: RunStore | None = None
-) -> RunConfig:
-    """The resolved, validated config ``python -m core <command>`` with these values runs."""
+def plan_command(command: str, given: Mapping[str, Any], store: RunStore | None = None) -> Plan:
+    """The plan of what ``python -m core <command>`` with these values runs: its resolved,
+    validated config with what planning resolved (``core.runs.planned.Plan``), made once."""
     v = values_of(command, given)
     if command == "eval":
         return plan_eval(model_spec(v), eval_config(v))
@@ -318,8 +320,16 @@ def plan_request(
     if command == RELATION_SWEEP:  # the sweep command's fields, planned as the relation sweep
         return _plan_relation_sweep(v)
     if command == "recover":
-        return _plan_recover(v, store)
-    return _plan_zeroshot(v, store)
+        return plan_config(_plan_recover(v, store))
+    return plan_config(_plan_zeroshot(v, store))
+
+
+def plan_request(
+    command: str, given: Mapping[str, Any], store: RunStore | None = None
+) -> RunConfig:
+    """The resolved, validated config ``python -m core <command>`` with these values runs
+    (``plan_command``'s config, for a caller that needs no more than the config)."""
+    return plan_command(command, given, store).cfg
 
 
 def save_folder(save: str | None, force: bool = False) -> str | None:

@@ -28,7 +28,8 @@ from core.names import EFFDIM_PREFIX, T_EFFDIM, T_EVAL_WINDOWS
 from core.progress import ProgressFn, report
 from core.runs.dense import execute_eval
 from core.runs.measure import forward_latency_ms, nonzero_params, residual_effdim
-from core.runs.plan import plan_eval
+from core.runs.plan import dense_config
+from core.runs.planned import Plan
 from core.runs.resources import effdim_windows, get_calib_windows, get_eval_windows, get_model
 from core.runs.store_access import result, reusable, tee, writing
 from core.runs.zeroshot import dense_zeroshot, pruned_zeroshot
@@ -46,15 +47,15 @@ class RunOptions:
     activations_on_cpu: bool = False
 
 
-# What every run kind's executor is: (resolved config, store, progress, options) -> result.
-KindRunner = Callable[[RunConfig, RunStore, ProgressFn | None, RunOptions], dict[str, Any]]
+# What every run kind's executor is: (the run's plan, store, progress, options) -> result.
+KindRunner = Callable[[Plan, RunStore, ProgressFn | None, RunOptions], dict[str, Any]]
 
 
 @dataclass
 class Prologue:
     """What the prologue of a prune or slice run prepared for the kind's own step."""
 
-    cfg: RunConfig
+    plan: Plan  # the run's: its config, the method and roles the kind's step applies
     opts: RunOptions
     writer: RunWriter
     progress: ProgressFn
@@ -69,25 +70,30 @@ class Prologue:
     calib_info: dict[str, Any]
     latency_ms_dense: float | None  # forward time of one window before the change (lean: None)
 
+    @property
+    def cfg(self) -> RunConfig:
+        return self.plan.cfg
+
 
 def prologue(
-    cfg: RunConfig, opts: RunOptions, store: RunStore, writer: RunWriter, progress: ProgressFn
+    plan: Plan, opts: RunOptions, store: RunStore, writer: RunWriter, progress: ProgressFn
 ) -> Prologue:
     """Load a private copy of the model and everything measured before it is changed."""
+    cfg = plan.cfg
     report(progress, "load", 0, 1, f"loading {cfg.model.name}")
     lm = get_model(cfg.model, fresh=True)
     touch_weights(lm.model)  # memory-mapped weights resident, so the baseline counts them
     release_freed()
     loaded_rss = proc_status_mb("VmRSS")  # interpreter + libraries + tokenizer + the weights
     writer.write_env(environment_record(cfg.model.device))
-    dense = execute_eval(plan_eval(cfg.model, cfg.eval), store, progress, lm=lm)
+    dense = execute_eval(dense_config(cfg.model, cfg.eval), store, progress, lm=lm)
     dense_zs = dense_zeroshot(cfg, store, lm, progress)
     windows, data_info = get_eval_windows(lm, cfg.eval)
     calib_ids, calib_info = get_calib_windows(lm, cfg.calib)
     device = torch.device(cfg.model.device)
     latency_dense = None if cfg.lean else forward_latency_ms(lm.model, cfg.eval.seqlen, device)
     return Prologue(
-        cfg,
+        plan,
         opts,
         writer,
         progress,
@@ -150,7 +156,7 @@ def epilogue(p: Prologue, own: dict[str, Any], save: Callable[[str], str], save_
 
 
 def run_changed_model(
-    cfg: RunConfig,
+    plan: Plan,
     store: RunStore,
     on_progress: ProgressFn | None,
     opts: RunOptions,
@@ -159,11 +165,12 @@ def run_changed_model(
 ) -> dict[str, Any]:
     """Prologue, the kind's ``change`` (it changes the model, writes its own tables and
     returns its metrics), epilogue; a stored run is reused unless forced or saving."""
+    cfg = plan.cfg
     cached = reusable(store, cfg, opts.force, opts.save_dir)
     if cached is not None:
         return cached
     with writing(store, cfg, opts.force, f"the {cfg.kind} run") as writer:
-        p = prologue(cfg, opts, store, writer, tee(writer.progress, on_progress))
+        p = prologue(plan, opts, store, writer, tee(writer.progress, on_progress))
         own = change(p)
         metrics = epilogue(p, own, lambda folder: save(p.lm, folder), opts.save_dir)
         writer.commit(metrics)

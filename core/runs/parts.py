@@ -1,6 +1,6 @@
 """The parts API: ``run_eval``, ``run_prune``, ``run_slice``, ``run_relation_sweep`` take a run's
-parts (model, method, calibration and evaluation settings), plan the config (``plan``) and
-execute it with its kind's executor (``execute.KINDS``): the path of the CLI and the app.
+parts (model, method, calibration and evaluation settings), plan the run once (``plan``) and
+execute the plan with its kind's executor (``execute.KINDS``): the path of the CLI and the app.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def run_prune(
     and zero-shot accuracy when ``zeroshot`` is given), store it. The method decides the run
     kind: 'prune' for layer-wise methods, 'slice' for SliceGPT; ``kind``: the one the caller
     insists on (ConfigError for a method of another kind)."""
-    cfg = require_kind(plan_prune(model, prune, calib, eval_cfg, zeroshot), kind)
-    return KINDS[cfg.kind](cfg, store, on_progress, opts or RunOptions())
+    plan = require_kind(plan_prune(model, prune, calib, eval_cfg, zeroshot), kind)
+    return KINDS[plan.cfg.kind](plan, store, on_progress, opts or RunOptions())
 
 
 def run_slice(*parts: Any, **kwargs: Any) -> dict[str, Any]:
@@ -64,5 +64,5 @@ def run_relation_sweep(
     """SliceGPT at every s of the grid and calibration seed (each a stored 'slice' run) and
     Paper A's relations with intervals: (A1) for perplexity always, (A2) for accuracy per
     task and averaged when ``zeroshot``."""
-    cfg = plan_relation_sweep(model, sparsities, calib, eval_cfg, options, zeroshot, seeds)
-    return KINDS[RELATION_SWEEP](cfg, store, on_progress, opts or RunOptions())
+    plan = plan_relation_sweep(model, sparsities, calib, eval_cfg, options, zeroshot, seeds)
+    return KINDS[RELATION_SWEEP](plan, store, on_progress, opts or RunOptions())

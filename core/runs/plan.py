@@ -6,7 +6,8 @@ size the run depends on is checked against the model's geometry read from its co
 alone (``core.models.geometry``): sequence lengths against the context, N:M against the input
 widths of the targeted linears, SliceGPT's width against rounding and the head size. A bad
 configuration raises ConfigError (or ModelLoadError for a model that cannot exist) in
-seconds, without loading weights or evaluating a baseline.
+seconds, without loading weights or evaluating a baseline. What planning decided is one
+``core.runs.planned.Plan`` (made by ``plan_run`` alone), which execution takes as an argument.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from core.names import (
     FULL,
     MODEL_KINDS,
     PRUNE,
+    RECOVER,
     RELATION_SWEEP,
     SHAPED_KINDS,
     SLICE,
@@ -35,7 +37,7 @@ from core.names import (
     family_roles,
 )
 from core.runs.knob import decoder_counts, with_budget
-from core.runs.resolved import Resolved, keep, recall
+from core.runs.planned import Plan
 from core.runs.resources import resolve_model_spec
 from core.settings.config import (
     CalibConfig,
@@ -133,13 +135,11 @@ def check_stream(cfg: RunConfig, geo: Geometry) -> None:
         )
 
 
-def check_run(
-    cfg: RunConfig, geo: Geometry | None = None, method: Method | None = None
-) -> Resolved:
-    """Every size ``cfg`` depends on, against its model's geometry (no weights loaded):
-    ``geo``, else the geometry read from the model's config. Returns what was resolved on
-    the way (roles, the method built once, or ``method`` when the plan built it), kept for
-    the run's execution in this process (``resolved``)."""
+def plan_run(cfg: RunConfig, geo: Geometry | None = None, method: Method | None = None) -> Plan:
+    """The ``Plan`` of ``cfg``: every size it depends on, against its model's geometry (no
+    weights loaded): ``geo``, else the geometry read from the model's config. The plan holds
+    what was resolved on the way (roles, the method built once, or ``method`` when the
+    caller built it), for the run's execution to take as an argument."""
     geo = geo or geometry(cfg.model)
     check_stream(cfg, geo)
     if cfg.kind != ZEROSHOT:
@@ -147,7 +147,7 @@ def check_run(
     if cfg.calib is not None:
         check_seqlen(geo, cfg.calib.seqlen, "calibration seqlen")
     if cfg.prune is None:
-        return keep(Resolved(cfg, geo))
+        return Plan(cfg, geo)
     method = method or make_method(cfg.prune.method, cfg.prune.options)
     calib_seqlen = cfg.calib.seqlen if cfg.calib is not None else None
     why = method.refusal(geo, calib_seqlen)  # the method runs on the model's family
@@ -163,13 +163,16 @@ def check_run(
             check_slicing(geo, s, method.options.round_to)
     elif cfg.kind == STRUCTURED:
         method.check_knob(decoder_counts(cfg.model), cfg.prune.sparsity)
-    return keep(Resolved(cfg, geo, roles, method))
+    return Plan(cfg, geo, roles, method)
 
 
-def resolved(cfg: RunConfig) -> Resolved:
-    """What planning resolved for ``cfg``: kept when this process planned it, else checked
-    now (a configuration read from a file)."""
-    return recall(cfg) or check_run(cfg)
+def plan_config(cfg: RunConfig) -> Plan:
+    """The plan of a config a caller holds alone (the CLI's, a background job's file, a
+    sweep worker's): ``plan_run``, except zero-shot and recovery configs, which are checked
+    against their source or parent run when they execute."""
+    if cfg.kind in (ZEROSHOT, RECOVER):
+        return Plan(cfg)
+    return plan_run(cfg)
 
 
 # ---- plans: the resolved config (hence the run id) a run will have -------------------------------
@@ -199,10 +202,14 @@ def resolve_prune_config(prune: PruneConfig) -> PruneConfig:
     return resolve_prune(prune)[0]
 
 
-def plan_eval(model: ModelSpec, eval_cfg: EvalConfig) -> RunConfig:
-    cfg = RunConfig("eval", resolve_model_spec(model, eval_cfg=eval_cfg), eval_cfg)
-    check_run(cfg)
-    return cfg
+def dense_config(model: ModelSpec, eval_cfg: EvalConfig) -> RunConfig:
+    """The config of dense perplexity of ``model`` on ``eval_cfg`` (its model resolved),
+    unchecked: a prune run's dense baseline, whose sizes the run's own plan checked."""
+    return RunConfig("eval", resolve_model_spec(model, eval_cfg=eval_cfg), eval_cfg)
+
+
+def plan_eval(model: ModelSpec, eval_cfg: EvalConfig) -> Plan:
+    return plan_run(dense_config(model, eval_cfg))
 
 
 def plan_prune(
@@ -212,27 +219,26 @@ def plan_prune(
     eval_cfg: EvalConfig,
     zeroshot: ZeroShotConfig | None = None,
     measure: str = FULL,
-) -> RunConfig:
-    """The resolved config of a run applying ``prune.method``: kind 'prune' for layer-wise
-    methods, the method's own kind ('slice' for SliceGPT) otherwise. Zero-shot settings
-    enter the config only when given, so runs without keep their ids; so does ``measure``
+) -> Plan:
+    """The plan of a run applying ``prune.method``: kind 'prune' for layer-wise methods, the
+    method's own kind ('slice' for SliceGPT) otherwise. Zero-shot settings enter the config
+    only when given, so runs without keep their ids; so does ``measure``
     (core.settings.config.MEASURES) at its default."""
     model = resolve_model_spec(model, calib=calib, eval_cfg=eval_cfg)
     prune, method = resolve_prune(prune)
     prune = with_budget(prune, method, model)  # a parameter budget: the method's knob
-    cfg = _prune_run(model, prune, calib, eval_cfg, zeroshot, measure)
-    check_run(cfg, method=method)
-    return cfg
+    return plan_run(_prune_run(model, prune, calib, eval_cfg, zeroshot, measure), method=method)
 
 
-def require_kind(cfg: RunConfig, kind: str | None) -> RunConfig:
-    """``cfg`` when its run kind is ``kind`` (or ``kind`` is None), else ConfigError."""
+def require_kind(plan: Plan, kind: str | None) -> Plan:
+    """``plan`` when its run kind is ``kind`` (or ``kind`` is None), else ConfigError."""
+    cfg = plan.cfg
     if kind is not None and cfg.kind != kind:
         raise ConfigError(f"{cfg.prune.method} makes '{cfg.kind}' runs, not '{kind}' runs")
-    return cfg
+    return plan
 
 
-def plan_slice(*parts: Any, **kwargs: Any) -> RunConfig:
+def plan_slice(*parts: Any, **kwargs: Any) -> Plan:
     """``plan_prune`` (the same arguments) for a method that slices (runs of kind 'slice')."""
     return require_kind(plan_prune(*parts, **kwargs), SLICE)
 
@@ -276,7 +282,7 @@ def plan_relation_sweep(
     seeds: tuple[int, ...] = (),
     measure: str = FULL,
     protocol: str | None = None,
-) -> RunConfig:
+) -> Plan:
     """A SliceGPT sweep over the grid; every point is validated. ``seeds``: calibration seeds,
     one slice run per (s, seed) so the intervals resample the calibration draw too (empty:
     the calibration config's own seed, and the run id of a sweep without seeds).
@@ -298,8 +304,7 @@ def plan_relation_sweep(
         extra += (("protocol", protocol),)
     model = resolve_model_spec(model)
     cfg = RunConfig(RELATION_SWEEP, model, eval_cfg, calib, base, extra=extra, measure=measure)
-    check_run(cfg)
-    return cfg
+    return plan_run(cfg)
 
 
 def relation_sweep_points(cfg: RunConfig) -> list[tuple[float, list[RunConfig]]]:

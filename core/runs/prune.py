@@ -25,7 +25,6 @@ from core.runs.measure import (
     start_phase,
     weight_sparsity,
 )
-from core.runs.plan import resolved
 from core.runs.restore import rebuild_arrays
 from core.runs.streamed import StreamedStep, streamed_kind
 from core.store.run_store import RunWriter
@@ -69,8 +68,7 @@ def _write_tables(writer: RunWriter, result: Any, alloc_rows: list, attn_rows: l
 
 def _prune(p: Prologue) -> dict[str, Any]:
     """The prune kind's own step: prune, then store what the method did."""
-    prune, planned = p.cfg.prune, resolved(p.cfg)
-    roles, method = planned.roles, planned.method
+    prune, roles, method = p.cfg.prune, p.plan.roles, p.plan.method
     probes = _probes(p, roles)
     start_phase(p.device)  # the budget below is for the pruning phase itself
     t0 = time.perf_counter()
@@ -108,8 +106,7 @@ def _prune(p: Prologue) -> dict[str, Any]:
 def _record_streamed(s: StreamedStep) -> dict[str, Any]:
     """The streamed prune's own step (``core.runs.streamed``): store what the method did;
     sparsity and W_Q/W_K are read from the written model by the frame."""
-    planned = resolved(s.cfg)
-    roles, method = planned.roles, planned.method
+    roles, method = s.plan.roles, s.plan.method
     result, device = s.run.result, torch.device(s.cfg.model.device)
     widths = runner_widths(s.lm, method, roles)
     memory = memory_report(s.lm, s.calib_ids, s.loaded_rss, 0.0, widths, device)

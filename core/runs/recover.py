@@ -40,6 +40,7 @@ from core.runs.measure import (
     weight_sparsity,
     writing_folder,
 )
+from core.runs.planned import Plan
 from core.runs.rebuild import model_of_run
 from core.runs.recovery_parent import parent_of_recovery
 from core.runs.resources import get_calib_windows, get_eval_windows
@@ -165,10 +166,11 @@ def _train(src: RunConfig, cfg: RunConfig, rc: RecoverConfig, store: RunStore, p
 
 
 def execute_recover(
-    cfg: RunConfig, store: RunStore, on_progress: ProgressFn | None, opts: RunOptions
+    plan: Plan, store: RunStore, on_progress: ProgressFn | None, opts: RunOptions
 ) -> dict[str, Any]:
     """Run a planned 'recover' config (``core.runs.recovery_parent.plan_recover``): its parent is
     checked again first, so a config naming a run that is gone stores nothing."""
+    cfg = plan.cfg
     rc = recover_from(cfg.extra_value("recover"))
     parent_rec, src = parent_of_recovery(store, rc)
     cached = reusable(store, cfg, opts.force, opts.save_dir)

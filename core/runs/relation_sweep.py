@@ -27,7 +27,8 @@ from core.names import (
 )
 from core.progress import ProgressFn, report
 from core.runs.common import RunOptions
-from core.runs.plan import relation_sweep_points
+from core.runs.plan import plan_run, relation_sweep_points
+from core.runs.planned import Plan
 from core.runs.slice import execute_slice
 from core.runs.store_access import cached_result, result, tee
 from core.settings.config import RunConfig, zeroshot_from
@@ -88,11 +89,12 @@ def _sweep_row(s: float, runs: list[dict[str, Any]], ppl0: float, frow: dict, ir
 
 
 def execute_relation_sweep(
-    cfg: RunConfig, store: RunStore, on_progress: ProgressFn | None = None, force: bool = False
+    plan: Plan, store: RunStore, on_progress: ProgressFn | None = None, force: bool = False
 ) -> dict[str, Any]:
-    """Run a planned 'sweep' config: every (s, seed) slice run, then (A1) fitted on the seeds'
-    mean perplexities with bootstrap intervals over windows and seeds
-    (core.analysis.sweep_report)."""
+    """Run a planned 'sweep': every (s, seed) slice run, each a run of its own planned on the
+    sweep's geometry, then (A1) fitted on the seeds' mean perplexities with bootstrap
+    intervals over windows and seeds (core.analysis.sweep_report)."""
+    cfg = plan.cfg
     cached = cached_result(store, cfg, force)
     if cached is not None:
         return cached
@@ -107,7 +109,8 @@ def execute_relation_sweep(
             runs = []
             for point in configs:
                 report(progress, "sweep", done, total, f"s = {s:g}, seed {point.calib.seed}")
-                runs.append(execute_slice(point, store, progress, RunOptions(force=force)))
+                point_plan = plan_run(point, plan.geo)
+                runs.append(execute_slice(point_plan, store, progress, RunOptions(force=force)))
                 done += 1
             points.append((s, runs))
         report(progress, "sweep", total, total)

@@ -24,6 +24,8 @@ from core.machine.environment import environment_record
 from core.names import A_REBUILD, PRUNE, SENSITIVITY, T_AGREEMENT, T_DRAWS, T_LAYERS
 from core.progress import ProgressFn, report
 from core.runs.common import RunOptions
+from core.runs.plan import plan_run
+from core.runs.planned import Plan
 from core.runs.prune import execute_prune
 from core.runs.store_access import result, reusable, tee, writing
 from core.settings.config import DataSpec, RunConfig
@@ -97,10 +99,12 @@ def _rows(
 
 
 def execute_sensitivity(
-    cfg: RunConfig, store: RunStore, on_progress: ProgressFn | None, opts: RunOptions
+    plan: Plan, store: RunStore, on_progress: ProgressFn | None, opts: RunOptions
 ) -> dict[str, Any]:
-    """Every draw's prune run, then the agreement of its keep sets with the source run's and
-    the perplexity spread (module docstring)."""
+    """Every draw's prune run (each a run of its own, planned on the sensitivity run's
+    geometry), then the agreement of its keep sets with the source run's and the perplexity
+    spread (module docstring)."""
+    cfg = plan.cfg
     cached = reusable(store, cfg, opts.force, None)
     if cached is not None:
         return cached
@@ -115,7 +119,8 @@ def execute_sensitivity(
         for i, draw in enumerate(draws):
             seed, data = draw.calib.seed, draw.calib.data.dataset
             report(progress, SENSITIVITY, i, len(draws), f"seed {seed} of {data}")
-            out = execute_prune(draw, store, progress, RunOptions(force=opts.force))
+            draw_plan = plan_run(draw, plan.geo)
+            out = execute_prune(draw_plan, store, progress, RunOptions(force=opts.force))
             found = _rows(i, seed, src, sizes, keep_masks(store.load(out["run_id"]))[0])
             rows += found
             overall = pooled(found)

@@ -15,7 +15,6 @@ from core.names import A_SPECTRA, T_BOUNDARIES
 from core.pruning.apply import apply_prune
 from core.runs.common import Prologue, changed_model_kind
 from core.runs.measure import memory_report, start_phase, writing_folder
-from core.runs.plan import resolved
 from core.runs.streamed import StreamedStep, streamed_kind
 from core.store.run_store import RunWriter
 
@@ -38,7 +37,7 @@ def _slice(p: Prologue) -> dict[str, Any]:
     """The slice kind's own step: slice, then store the PCA cut at every boundary."""
     start_phase(p.device)
     t0 = time.perf_counter()
-    method = resolved(p.cfg).method
+    method = p.plan.method
     rep, _ = apply_prune(p.lm, p.cfg.prune, p.calib_ids, p.device, p.progress, method=method)
     slice_seconds = time.perf_counter() - t0
     memory = memory_report(p.lm, p.calib_ids, p.loaded_rss, device=p.device)

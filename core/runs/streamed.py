@@ -31,7 +31,8 @@ from core.progress import ProgressFn, report
 from core.runs.common import KindRunner, RunOptions
 from core.runs.dense import execute_eval
 from core.runs.measure import start_phase
-from core.runs.plan import plan_eval, resolved
+from core.runs.plan import dense_config
+from core.runs.planned import Plan
 from core.runs.resources import get_calib_windows, get_eval_windows
 from core.runs.store_access import result, reusable, tee, writing
 from core.runs.stream_model import folder_measures, run_dtype, streamed_lm, streamed_perplexity
@@ -45,10 +46,11 @@ MODEL_DIR = "model"  # the changed model, inside the run's folder
 
 @dataclass
 class StreamedStep:
-    """What a streamed kind's ``record`` sees: the run's writer, the skeleton (shapes only),
-    the streamed result, the calibration ids and the RSS once set up (no weights held)."""
+    """What a streamed kind's ``record`` sees: the run's plan and writer, the skeleton
+    (shapes only), the streamed result, the calibration ids and the RSS once set up (no
+    weights held)."""
 
-    cfg: RunConfig
+    plan: Plan
     writer: RunWriter
     lm: LoadedModel
     run: StreamedRun
@@ -56,19 +58,24 @@ class StreamedStep:
     loaded_rss: float | None
     seconds: float
 
+    @property
+    def cfg(self) -> RunConfig:
+        return self.plan.cfg
+
 
 # A kind's own step after streaming: write its tables, return its own metrics.
 Record = Callable[[StreamedStep], dict[str, Any]]
 
 
 def run_streamed(
-    cfg: RunConfig,
+    plan: Plan,
     store: RunStore,
     on_progress: ProgressFn | None,
     opts: RunOptions,
     record: Record,
 ) -> dict[str, Any]:
     """Dense baseline, the streamed change, the kind's ``record``, streamed perplexity."""
+    cfg = plan.cfg
     cached = reusable(store, cfg, opts.force, opts.save_dir)
     if cached is not None:
         return cached
@@ -79,7 +86,7 @@ def run_streamed(
         release_freed()
         loaded_rss = proc_status_mb("VmRSS")  # interpreter + libraries + tokenizer, no weights
         writer.write_env(environment_record(cfg.model.device))
-        dense = execute_eval(plan_eval(cfg.model, cfg.eval), store, progress)
+        dense = execute_eval(dense_config(cfg.model, cfg.eval), store, progress)
         windows, data_info = get_eval_windows(lm, cfg.eval)
         calib_ids, calib_info = get_calib_windows(lm, cfg.calib)
         device = torch.device(cfg.model.device)
@@ -94,9 +101,9 @@ def run_streamed(
             run_dtype(cfg.model),
             opts.activations_on_cpu,
             progress=progress,
-            planned=resolved(cfg),
+            planned=plan,
         )
-        step = StreamedStep(cfg, writer, lm, run, calib_ids, loaded_rss, time.perf_counter() - t0)
+        step = StreamedStep(plan, writer, lm, run, calib_ids, loaded_rss, time.perf_counter() - t0)
         own = record(step)
         if "prune_peak_rss_mb" in own:  # the budget holds two units on purpose (residency)
             units = 2 * largest_unit_bytes(lm.model) / 2**20
@@ -108,7 +115,7 @@ def run_streamed(
             cfg.model, run.folder, windows, cfg.eval.batch_size, opts.activations_on_cpu, progress
         )
         writer.write_table(T_EVAL_WINDOWS, pruned.window_rows())
-        roles = resolved(cfg).roles if cfg.kind == PRUNE else None
+        roles = plan.roles if cfg.kind == PRUNE else None
         sparsity, qk, nonzero = folder_measures(cfg.model, run.folder, roles)
         if qk:
             writer.write_arrays(A_QK, qk)
@@ -155,10 +162,10 @@ def streamed_kind(in_memory: KindRunner, record: Record) -> KindRunner:
     """The executor of a kind that runs ``in_memory`` unless the model is streamed."""
 
     def execute(
-        cfg: RunConfig, store: RunStore, progress: ProgressFn | None, opts: RunOptions
+        plan: Plan, store: RunStore, progress: ProgressFn | None, opts: RunOptions
     ) -> dict[str, Any]:
-        if cfg.model.stream:
-            return run_streamed(cfg, store, progress, opts, record)
-        return in_memory(cfg, store, progress, opts)
+        if plan.cfg.model.stream:
+            return run_streamed(plan, store, progress, opts, record)
+        return in_memory(plan, store, progress, opts)
 
     return execute

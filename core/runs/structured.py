@@ -15,14 +15,13 @@ from core.names import T_STRUCTURE
 from core.pruning.apply import apply_prune
 from core.runs.common import Prologue, changed_model_kind
 from core.runs.measure import memory_report, start_phase, writing_folder
-from core.runs.plan import resolved
 
 
 def _structure(p: Prologue) -> dict[str, Any]:
     """The kind's own step: remove the structures, store what each layer kept."""
     start_phase(p.device)
     t0 = time.perf_counter()
-    method = resolved(p.cfg).method
+    method = p.plan.method
     rep, _ = apply_prune(p.lm, p.cfg.prune, p.calib_ids, p.device, p.progress, method=method)
     seconds = time.perf_counter() - t0
     memory = memory_report(p.lm, p.calib_ids, p.loaded_rss, device=p.device)

@@ -138,7 +138,7 @@ def prune_streamed(
 ) -> StreamedRun:
     """Prune or slice the model ``source`` (a folder or name, ``model_folder``) with a
     resolved config, layer by layer, into ``out`` (written shard by shard; nothing is left
-    there if it fails). ``planned``: what the run's plan resolved (``core.runs.resolved``:
+    there if it fails). ``planned``: the run's plan (``core.runs.planned.Plan``:
     the method and roles), used as it is."""
     source, device = model_folder(source), torch.device(device)
     check_streamable(source, prune.method)  # before the output folder is started

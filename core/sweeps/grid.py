@@ -7,7 +7,7 @@ Validation happens here, once, before any work: an empty axis, a point no method
 (an N:M pattern for SliceGPT, an unknown option), or one the model's shapes forbid (an M that
 does not divide a linear's input width, a slicing fraction that leaves no dimension, a window
 longer than the context) raises ``ConfigError`` naming the point. The shape checks are
-``core.runs.plan.check_run``'s, on the model's config only, never its weights.
+``core.runs.plan.plan_run``'s, on the model's config only, never its weights.
 
 An N:M point is one run per (method, allocation, seed) at the sparsity the pattern has,
 (M − N)/M: the grid's sparsities apply to unstructured points (N:M masks ignore them).
@@ -27,7 +27,7 @@ from typing import Any
 from core.errors import ConfigError
 from core.methods.options import typed_pairs
 from core.names import EVAL, GRID_SWEEP
-from core.runs.plan import check_run, prune_run_config, readable_geometry, zeroshot_run_config
+from core.runs.plan import plan_run, prune_run_config, readable_geometry, zeroshot_run_config
 from core.runs.resources import resolve_model_spec
 from core.settings.config import (
     CalibConfig,
@@ -151,7 +151,7 @@ def resolve_grid(spec: GridSpec, device: str | None = None) -> list[RunConfig]:
         try:
             cfg = plan_point(spec, model, p)
             if geo is not None:
-                check_run(cfg, geo)
+                plan_run(cfg, geo)  # checked here; each point's worker plans it when it runs
         except ConfigError as exc:
             raise ConfigError(f"grid point {point_label(p)}: {exc}") from exc
         configs.append(cfg)
