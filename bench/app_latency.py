@@ -171,7 +171,11 @@ def compare_prompt(page) -> Timing:
     if not page.get_by_role("radio", name="Your own text", exact=True).is_checked():
         act(page, page.get_by_text("Your own text", exact=True).click)  # leave the prepared one
     box = page.get_by_label("Prompt", exact=True)
-    box.fill(f"A new text typed at {time.time():.3f} to miss every cache, then continued.")
+    text = f"A new text typed at {time.time():.3f} to miss every cache, then continued."
+    wait_idle(page)  # a run still drawing the page would redraw the box over the typed text
+    box.fill(text)
+    if box.input_value() != text:
+        print(f"compare: the typed text was not kept ({box.input_value()!r})", file=sys.stderr)
     return act(page, lambda: box.press("Control+Enter"))
 
 
