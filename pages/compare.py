@@ -149,6 +149,19 @@ def layer_view(results: dict[str, cmp.RunComparison]) -> list:
     return [(fig, " ".join(readings))]
 
 
+TEXT_KEY = "cmp_text"
+
+
+def _prepared(run, choice: str) -> str:
+    """The prompt box's text for a choice: the prepared prompt, or empty for your own."""
+    return "" if choice == OWN else cmp.prompt_text(run, choice)
+
+
+def _choose_text(run) -> None:
+    """A new choice of text puts its prepared prompt in the box."""
+    st.session_state[TEXT_KEY] = _prepared(run, st.session_state["cmp_choice"])
+
+
 @st.fragment
 def comparison(run_ids: list[str]) -> None:
     """The text and the three views: a fragment, so a new text reruns this part alone."""
@@ -164,13 +177,16 @@ def comparison(run_ids: list[str]) -> None:
         horizontal=True,
         key="cmp_choice",
         help="a prepared prompt of the teaching path, or your own text",
+        on_change=_choose_text,
+        args=(first,),
     )
-    prepared = "" if choice == OWN else cmp.prompt_text(first, choice)
+    # One prompt box under one key: a key per choice made a second box while a run drew the
+    # new one, and text typed into the old one was lost.
+    st.session_state.setdefault(TEXT_KEY, _prepared(first, choice))
     text = linked(
         st.text_area,
         "Prompt",
-        value=prepared,
-        key=f"cmp_text_{choice}",
+        key=TEXT_KEY,
         param="prompt",
         max_chars=2000,
         help="continued by every model, and scored token by token; Ctrl+Enter applies it",

@@ -53,7 +53,7 @@ def test_compare_page_draws_generations_tokens_and_layers(two_runs) -> None:
     assert not at.exception and not at.error
     assert "12 + 7" in "\n".join(m.value for m in at.markdown)
     at.radio(key="cmp_choice").set_value("Your own text").run()
-    at.text_area(key="cmp_text_Your own text").input("Pruning a model changes its words.").run()
+    at.text_area(key="cmp_text").input("Pruning a model changes its words.").run()
     assert not at.exception and not at.error
     assert "changes its words" in "\n".join(m.value for m in at.markdown)
     assert len(at.get("plotly_chart")) == 2
