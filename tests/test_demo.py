@@ -21,7 +21,15 @@ from core.jobs.status import JobStatus
 from core.requests import request as requests
 from core.runs import plan_eval
 from core.settings.config import ModelSpec, RunConfig
-from core.store.jobs_table import JOB_STALE_S, RUNNING, JobRow, get_job, insert_job
+from core.store.jobs_table import (
+    DONE,
+    JOB_STALE_S,
+    RUNNING,
+    JobRow,
+    get_job,
+    insert_job,
+    update_job,
+)
 from core.store.run_store import RunStore
 
 
@@ -180,6 +188,18 @@ def test_a_driver_that_died_reads_as_interrupted(store) -> None:
     driver_row(store, "q", 2**22 + 12345, "elsewhere", beat_age=2 * JOB_STALE_S)
     status = queue.queue_status(store, "q")
     assert status.state == "interrupted" and status.items[0].state == "interrupted"
+
+
+def test_a_queue_has_finished_only_when_its_driver_has(store, monkeypatch) -> None:
+    """The driver writes "finished" into the file before its row ends; in between the queue
+    still runs (a start then would be ignored), and it is done once the row says so."""
+    fake_jobs(monkeypatch, {"a": "done"}, [])
+    write_queue(store, ("a",))
+    queue.drive(store, "q")
+    driver_row(store, "q", os.getpid(), socket.gethostname())  # alive, not yet ended
+    assert queue.queue_status(store, "q").state == "running"
+    update_job(store, queue.queue_job("q"), state=DONE)
+    assert queue.queue_status(store, "q").state == "done"
 
 
 @pytest.mark.slow

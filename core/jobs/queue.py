@@ -160,10 +160,14 @@ def queue_status(store: RunStore, name: str) -> QueueStatus | None:
         )
         if it["state"] == "running" and running and it.get("job_id"):
             current = job_status(store, it["job_id"])
-    if state.get("finished"):
+    # The driver writes "finished" into the file and then ends its job row: the queue has
+    # finished only when both say so, so that a start right after `finished` is not ignored.
+    if running:
+        overall = "running"
+    elif state.get("finished"):
         overall = "cancelled" if state.get("cancelled") else "done"
     else:
-        overall = "running" if running else "interrupted"
+        overall = "interrupted"
     end = state.get("finished") or time.time()
     return QueueStatus(name, overall, tuple(items), end - state["started"], current)
 
