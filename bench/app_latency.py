@@ -14,8 +14,12 @@ that store has no prune run, makes one on tiny-llama with the offline corpus so 
 has something to draw.
 
 What is timed (every figure in the browser's clock, ``performance.now()``, from the
-action to the later of the page's script run ending and the last DOM change inside a
-Plotly chart; see bench/appserver.py's RUN_COUNTER):
+action to the latest of the page's script run ending, the last DOM change inside a Plotly
+chart and the last placeholder of a still-loading element (``stSkeleton``) replaced; see
+bench/appserver.py's RUN_COUNTER). A page loaded anew can end its run with its widgets and
+charts still skeletons, as Streamlit loads their code in each new document: figures taken
+before the skeletons were waited for (2026-12-07) undercount URL loads and first opens.
+
 
 - ``navigate``: a click on the page's sidebar link, in the session already open: how a user
   switches pages. This is "the page's render".
@@ -65,6 +69,7 @@ from appserver import (
     wait_run,
 )
 from bulk_store import build
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 HEATMAP = "heatmap (new prompt)"
 HEATMAP_NEXT = "heatmap (another prompt)"
@@ -146,8 +151,24 @@ def load(page, url: str, name: str) -> Timing:
     return timing(page, 0.0, 0)
 
 
+STALL_MS = 30_000  # no run this long after an action: a stall, said on stderr and retried
+
+
 def act(page, action) -> Timing:
-    """Do ``action`` in the open session and time the script run it causes."""
+    """Do ``action`` in the open session and time the script run it causes. An action that
+    starts no run within STALL_MS is a stall: its screenshot and the page's URL go to
+    stderr, and the action is done once more (timed afresh), so one lost click does not
+    end the pass."""
+    wait_idle(page)
+    before, t0 = runs_finished(page), stamps(page)["now"]
+    action()
+    try:
+        return timing(page, t0, before, timeout_ms=STALL_MS)
+    except PlaywrightTimeout:
+        shot = Path(tempfile.mkstemp(prefix="stall-", suffix=".png")[1])
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"STALL: no run {STALL_MS / 1e3:.0f} s after an action on {page.url}; "
+              f"screenshot {shot}; retried once", file=sys.stderr, flush=True)  # fmt: skip
     wait_idle(page)
     before, t0 = runs_finished(page), stamps(page)["now"]
     action()
@@ -168,8 +189,13 @@ def heatmap(page) -> Timing:
 def compare_prompt(page) -> Timing:
     """On Compare: a text never typed before, sent with Ctrl+Enter: the dense model and the
     page's default run (the first listed) continue it and are compared layer by layer."""
-    if not page.get_by_role("radio", name="Your own text", exact=True).is_checked():
-        act(page, page.get_by_text("Your own text", exact=True).click)  # leave the prepared one
+    own = page.get_by_role("radio", name="Your own text", exact=True)
+    if not own.is_checked():  # leave the prepared text, untimed: wait for what its run draws
+        # (a stall report showed the page after that run, which the run counter had missed)
+        wait_idle(page)
+        page.get_by_text("Your own text", exact=True).click()
+        page.get_by_text("Type a text to compare.").wait_for(timeout=STALL_MS)  # its run drew
+        wait_idle(page)
     box = page.get_by_label("Prompt", exact=True)
     text = f"A new text typed at {time.time():.3f} to miss every cache, then continued."
     wait_idle(page)  # a run still drawing the page would redraw the box over the typed text

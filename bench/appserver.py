@@ -7,8 +7,14 @@ When a script run ends is read exactly, without a fixed sleep: every page gets a
 script (RUN_COUNTER) whose MutationObservers keep, in ``window.__psRuns``, the count of the
 ``stApp`` element's ``data-test-script-state`` changes to ``notRunning`` (finished runs; a
 fragment's run counts too), the ``performance.now()`` of the last run's start and end, and
-of the last DOM change inside a Plotly chart (its drawing). An action reads the count first
-(``runs_finished``) and then waits until the count has passed it (``wait_run``).
+of the last DOM change inside a Plotly chart (its drawing) or removal of a skeleton. An action
+reads the count first (``runs_finished``) and then waits until the count has passed it
+(``wait_run``).
+
+A page loaded anew can end its script run while the browser still shows skeletons: Streamlit
+loads the code of its widgets and of Plotly on demand, in every new document, and draws a
+placeholder (``stSkeleton``) meanwhile. A page is drawn once no skeleton is left and every
+chart has its SVG (``wait_charts``).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 # times themselves come from the page's own stamps (RUN_COUNTER), not from when a poll saw.
 POLL_MS = 50
 CHART = "[data-testid='stPlotlyChart']"
+SKELETON = "[data-testid='stSkeleton']"
 # See the module docstring. tStart/tEnd: the last run's start and end; tDraw: the last change
 # inside a chart, all in performance.now() milliseconds (0 = the document's navigation start).
 RUN_COUNTER = """
@@ -56,10 +63,13 @@ RUN_COUNTER = """
     }
   }).observe(document, {subtree: true, attributes: true, attributeOldValue: true,
                         attributeFilter: ["data-test-script-state"]});
+  const skeleton = (n) => n.nodeType === 1 &&
+    (n.matches("[data-testid=stSkeleton]") || n.querySelector("[data-testid=stSkeleton]"));
   new MutationObserver((records) => {
     for (const r of records) {
       const el = r.target.nodeType === 1 ? r.target : r.target.parentElement;
-      if (el && el.closest("[data-testid=stPlotlyChart]")) {
+      if ((el && el.closest("[data-testid=stPlotlyChart]")) ||
+          [...r.removedNodes].some(skeleton)) {
         runs.tDraw = performance.now();
         return;
       }
@@ -204,9 +214,11 @@ def wait_idle(page, timeout_ms: int = 60_000) -> None:
 
 
 def wait_charts(page, timeout_ms: int = 30_000) -> None:
-    """Wait until every Plotly chart on the page has drawn its SVG."""
+    """Wait until every Plotly chart on the page has drawn its SVG and no placeholder of an
+    element whose code is still loading (SKELETON) is left."""
     page.wait_for_function(
-        f"""() => [...document.querySelectorAll("{CHART}")]
+        f"""() => !document.querySelector("{SKELETON}") &&
+                 [...document.querySelectorAll("{CHART}")]
                  .every(c => c.querySelector('.main-svg'))""",
         timeout=timeout_ms,
         polling=POLL_MS,

@@ -3,10 +3,14 @@ and 2:4, each against other draws of its corpus and against another corpus.
 
     python bench/calib_sensitivity.py [--model smollm2-135m] [--seeds 1,2,3] [--other-seeds 0,1,2]
         [--calib c4] [--other wikitext2] [--nsamples 32] [--seqlen 512] [--max-windows 64]
-        [--methods wanda,sparsegpt,magnitude] [--patterns unstructured,2:4] [--store DIR]
+        [--methods wanda,sparsegpt,magnitude] [--patterns unstructured,2:4] [--measure lean]
+        [--store DIR]
 
 For every method x pattern: one prune run calibrated on ``--calib`` (C4 train, seed 0: the
-reference protocol) and evaluated on the first ``--max-windows`` windows of WikiText-2 test;
+reference protocol) and evaluated on the first ``--max-windows`` windows of WikiText-2 test
+(``--measure lean``: perplexity and kept parameters only; the agreement and the perplexity
+spread need neither the latency nor the changed model's effective dimension, which took most
+of a run's time here);
 then ``python -m core sensitivity RUN --seeds 1,2,3`` (three other draws of C4) and
 ``python -m core sensitivity RUN --seeds 0,1,2 --calib wikitext2`` (three draws of WikiText-2
 train). Every step is the CLI's own command, run in this process; a run already in
@@ -59,6 +63,7 @@ def main_bench(argv: list[str] | None = None) -> None:
     ap.add_argument("--eval", default="wikitext2")
     ap.add_argument("--methods", default="wanda,sparsegpt,magnitude")
     ap.add_argument("--patterns", default="unstructured,2:4")
+    ap.add_argument("--measure", default="lean", help="the prune runs' measurements")
     args = ap.parse_args(argv)
     store = store_path(args, "calib-sensitivity-")
     data = ("--data-dir", args.data_dir, "--store", store)
@@ -73,7 +78,7 @@ def main_bench(argv: list[str] | None = None) -> None:
                 "prune", "--model", args.model, "--method", method, "--sparsity", "0.5",
                 "--pattern", pattern, "--calib", args.calib, "--nsamples", str(args.nsamples),
                 "--seqlen", str(args.seqlen), "--eval", args.eval, "--max-windows",
-                str(args.max_windows), *data,
+                str(args.max_windows), "--measure", args.measure, *data,
             )["run_id"]  # fmt: skip
             same = cli("sensitivity", run, "--seeds", args.seeds, *data)["metrics"]
             print(row(method, pattern, f"{args.calib} seeds {args.seeds}", same), flush=True)
