@@ -33,7 +33,8 @@ before the skeletons were waited for (2026-12-07) undercount URL loads and first
 Pass 0 runs right after the server started (the ``first`` column: Home is loaded, as a
 user arrives, then every other page is navigated to, then the heatmap); then ``--repeat``
 warm passes (default 5), each navigating to every page, sending a new prompt, and loading
-every page by URL. ``median``/``max`` are over the warm passes only. The split columns
+every page by URL. ``median``/``max`` (``load``/``lmax`` for the URL loads) are over the warm
+passes only. The split columns
 (medians over the warm navigations) say where the time goes: ``ask`` from the action to
 the run's start (the browser's message and the server's queue), ``run`` the script run
 with its elements sent and laid out, ``draw`` from the run's end to the last chart change
@@ -237,15 +238,35 @@ def measure(url: str, repeat: int) -> tuple[dict, list[dict]]:
 
 
 BARE_APP = 'import streamlit as st\n\nst.title("A bare Streamlit app")\n'
+# One element of each kind the Prune page draws, and three small charts: the code Streamlit
+# loads on demand in each new document (its skeletons' wait) with next to no app behind it.
+BARE_ELEMENTS = """import plotly.graph_objects as go
+import streamlit as st
+
+st.title("A bare Streamlit app with the Prune page's kinds of element")
+c = st.columns(3)
+c[0].selectbox("Model", ["a", "b"])
+c[1].number_input("Sparsity", 0.0, 1.0, 0.5)
+c[2].text_input("Name", "x")
+st.radio("Pattern", ["unstructured", "2:4"], horizontal=True)
+st.multiselect("Tasks", ["x", "y"], ["x"])
+st.checkbox("Stream")
+st.file_uploader("Corpus")
+st.button("Start", type="primary")
+st.metric("Perplexity", "12.3", "+1.2")
+for i in range(3):
+    st.plotly_chart(go.Figure(go.Scatter(x=[1, 2, 3], y=[i, 2, 1])), key=f"c{i}")
+"""
+FLOORS = {"a one-line Streamlit app": BARE_APP, "one element of each kind": BARE_ELEMENTS}
 
 
-def framework_floor(repeat: int) -> tuple[float, float]:
-    """(first, median warm) load of a one-line Streamlit app in a fresh Chromium: what any
-    page's ``first`` and ``load`` include before the app draws anything (the JS bundle, the
-    websocket session)."""
+def framework_floor(script: str, repeat: int) -> tuple[float, float]:
+    """(first, median warm) load of a bare Streamlit ``script`` in a fresh Chromium: what a
+    page's ``first`` and ``load`` include before the app itself does anything (the JS bundle,
+    the websocket session, and, with elements, their code loaded on demand)."""
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        (tmp / "bare.py").write_text(BARE_APP)
+        (tmp / "bare.py").write_text(script)
         url = stack.enter_context(streamlit_server(tmp / "store", script=tmp / "bare.py"))
         page = stack.enter_context(chromium_page())
         page.goto(url)
@@ -261,14 +282,15 @@ def print_table(cold: dict, warm: list[dict]) -> None:
     names = [*PAGES, HEATMAP, HEATMAP_NEXT, COMPARE, COMPARE_NEXT]
     width = max(len(k) for k in names)
     print(
-        f"{'seconds':{width}}  {'first':>6} {'median':>6} {'max':>6} {'load':>6}"
+        f"{'seconds':{width}}  {'first':>6} {'median':>6} {'max':>6} {'load':>6} {'lmax':>6}"
         f"   {'ask':>5} {'run':>5} {'draw':>5} {'charts':>6}"
     )
     for name in names:
         nav = [w["navigate"][name] for w in warm]
         loads = [w["load"][name].total for w in warm if name in w["load"]]
         med = {f: statistics.median(getattr(t, f) for t in nav) for f in ("ask", "run", "draw")}
-        load_s = f"{statistics.median(loads):6.2f}" if loads else f"{'-':>6}"
+        dash = f"{'-':>6} {'-':>6}"
+        load_s = f"{statistics.median(loads):6.2f} {max(loads):6.2f}" if loads else dash
         print(
             f"{name:{width}}  {cold['navigate'][name].total:6.2f} "
             f"{statistics.median(t.total for t in nav):6.2f} {max(t.total for t in nav):6.2f} "
@@ -277,7 +299,8 @@ def print_table(cold: dict, warm: list[dict]) -> None:
         )
     print(
         f"({len(warm)} warm passes; first = pass 0 right after the server started; "
-        f"load = the URL loaded anew, median; ask/run/draw = medians of the warm navigate; "
+        "load/lmax = the URL loaded anew, median/max; ask/run/draw = medians of the warm "
+        "navigate; "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
     )
 
@@ -313,11 +336,12 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"set-up (python -m core prepare): {timings['prepare_s']:.2f} s")
             print(f"server: {how}, healthy {timings['start_s']:.2f} s after launch")
         print_table(*measure(url.rstrip("/"), args.repeat))
-    first, load_s = framework_floor(args.repeat)
-    print(
-        f"reference, a one-line Streamlit app in a fresh Chromium: first {first:.2f} s, "
-        f"load {load_s:.2f} s (median of {max(args.repeat, 1)})"
-    )
+    for what, script in FLOORS.items():
+        first, load_s = framework_floor(script, args.repeat)
+        print(
+            f"reference, {what} in a fresh Chromium: first {first:.2f} s, "
+            f"load {load_s:.2f} s (median of {max(args.repeat, 1)})"
+        )
 
 
 if __name__ == "__main__":

@@ -307,6 +307,7 @@ def test_smoke_app_latency(tmp_path, capsys):
         "median",
         "max",
         "load",
+        "lmax",
         "ask",
         "run",
         "draw",
