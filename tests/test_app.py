@@ -408,18 +408,21 @@ def test_runs_page_lists_every_run(filled_store) -> None:
 
 
 # ---- a real job through the Prune page -----------------------------------------------------------
+# The Prune form's values for a run small enough for AppTest: tiny-llama on pydoc text.
+TINY_FORM = {
+    "model": "tiny-llama",
+    "calib": "pydoc",
+    "eval": "pydoc",
+    "nsamples": 4,
+    "calib_seqlen": 64,
+    "windows": 4,
+    "seqlen": 64,
+    "device": "cpu",
+}
+
+
 def fill_prune_form(at: AppTest, **values) -> None:
-    settings = {
-        "model": "tiny-llama",
-        "calib": "pydoc",
-        "eval": "pydoc",
-        "nsamples": 4,
-        "calib_seqlen": 64,
-        "windows": 4,
-        "seqlen": 64,
-        "device": "cpu",
-        **values,
-    }
+    settings = {**TINY_FORM, **values}
     if "method" in settings:  # the method's own option widgets follow it
         at.selectbox(key="method").set_value(settings.pop("method"))
         at.run()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
+from test_app import TINY_FORM, widget_of  # the same form values and widget lookup
 
 from core import jobs
 from core.requests import request as requests
@@ -24,16 +25,6 @@ from core.runs.planned import Plan
 from core.store.run_store import RunStore
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-TINY_FORM = {
-    "model": "tiny-llama",
-    "calib": "pydoc",
-    "eval": "pydoc",
-    "nsamples": 4,
-    "calib_seqlen": 64,
-    "windows": 4,
-    "seqlen": 64,
-    "device": "cpu",
-}
 SPY_ENV = "PRUNESCOPE_TEST_PLAN_SPY"
 CHILD_SPY = f'''"""A test's spy (tests/test_plan_once.py): one line per Plan this process makes."""
 import os
@@ -66,6 +57,11 @@ def plans(monkeypatch) -> list:
     return made
 
 
+def set_values(at: AppTest, **values) -> None:
+    for key, value in values.items():
+        widget_of(at, key).set_value(value)
+
+
 def prune_page(**values) -> AppTest:
     """The Prune page with the tiny form's values set (not run with them yet)."""
     at = AppTest.from_file(APP, default_timeout=60)
@@ -75,18 +71,6 @@ def prune_page(**values) -> AppTest:
     assert not at.exception, [e.value for e in at.exception]
     set_values(at, **{**TINY_FORM, **values})
     return at
-
-
-def set_values(at: AppTest, **values) -> None:
-    for key, value in values.items():
-        for kind in (at.selectbox, at.radio, at.number_input, at.text_input, at.slider):
-            try:
-                kind(key=key).set_value(value)
-                break
-            except KeyError:
-                continue
-        else:
-            raise KeyError(key)
 
 
 def captions(at: AppTest) -> str:
