@@ -160,20 +160,20 @@ def act(page, action) -> Timing:
     starts no run within STALL_MS is a stall: its screenshot and the page's URL go to
     stderr, and the action is done once more (timed afresh), so one lost click does not
     end the pass."""
-    wait_idle(page)
-    before, t0 = runs_finished(page), stamps(page)["now"]
-    action()
-    try:
-        return timing(page, t0, before, timeout_ms=STALL_MS)
-    except PlaywrightTimeout:
-        shot = Path(tempfile.mkstemp(prefix="stall-", suffix=".png")[1])
-        page.screenshot(path=str(shot), full_page=True)
-        print(f"STALL: no run {STALL_MS / 1e3:.0f} s after an action on {page.url}; "
-              f"screenshot {shot}; retried once", file=sys.stderr, flush=True)  # fmt: skip
-    wait_idle(page)
-    before, t0 = runs_finished(page), stamps(page)["now"]
-    action()
-    return timing(page, t0, before)
+    for retried in (False, True):
+        wait_idle(page)
+        before, t0 = runs_finished(page), stamps(page)["now"]
+        action()
+        try:
+            return timing(page, t0, before, timeout_ms=600_000 if retried else STALL_MS)
+        except PlaywrightTimeout:
+            if retried:
+                raise
+            shot = Path(tempfile.mkstemp(prefix="stall-", suffix=".png")[1])
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"STALL: no run {STALL_MS / 1e3:.0f} s after an action on {page.url}; "
+                  f"screenshot {shot}; retried once", file=sys.stderr, flush=True)  # fmt: skip
+    raise AssertionError("unreachable")
 
 
 def navigate(page, name: str) -> Timing:
