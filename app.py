@@ -11,6 +11,7 @@ import streamlit as st
 
 from core.errors import PruneScopeError
 from pages.common import FRAME_KEY, device_info, get_store, list_runs, show_store_error
+from pages.links import one_write
 from pages.starters import demo_progress
 
 st.set_page_config(page_title="PruneScope", page_icon=":material/content_cut:", layout="wide")
@@ -58,4 +59,5 @@ with st.sidebar:
             f"In progress: {', '.join(f'{r.method or r.kind} ({r.model})' for r in running)}"
         )
     demo_progress(store)
-page.run()
+with one_write():  # the page's selections into the URL in one message (pages.links)
+    page.run()

@@ -3,8 +3,9 @@ on them, so a copied link opens the same view. Not a page itself.
 
 A page draws a selection through ``linked`` (or ``restore`` before the widget and ``publish``
 after it): the link's value seeds the widget, once, when it names one of the widget's options
-(or a number in its range); every run then writes the widget's value back to the URL. Values
-are written by what they are, never by their label: a run by its id, a number as a number.
+(or a number in its range); every run then writes the widget's value back to the URL, all of
+them at once when the page's run ends (``one_write``). Values are written by what they are, never by
+their label: a run by its id, a number as a number.
 Streamlit's own ``bind="query-params"`` writes a picker's label (a run's label holds its
 perplexity) and drops values equal to the default (a default that is the newest run moves),
 so the pages use this instead. The link is read as the session first saw it (``opened``):
@@ -13,12 +14,18 @@ it seeds each widget once, and a selection made afterwards is the user's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import streamlit as st
 
+from pages import folds
+
 _OPENED = "_link_opened"  # session key: the URL's parameters as the session first saw them
+# The selections a run has published and not yet written (``one_write``); one per script thread.
+_queued: ContextVar[dict[str, list[str] | None] | None] = ContextVar("link_queue", default=None)
 
 
 def opened() -> dict[str, list[str]]:
@@ -76,16 +83,47 @@ def restore(key: str, options: Sequence[Any] | None = None, *, param: str | None
 
 
 def publish(name: str, value: Any) -> None:
-    """The selection ``value`` into the URL as ``name`` (a list as repeated parameters;
-    None removes it)."""
+    """The selection ``value`` into the URL as ``name`` (a list as repeated parameters; None
+    removes it): at the end of the run inside ``one_write``, at once otherwise."""
     if value is None or (isinstance(value, list | tuple) and not value):
-        if name in st.query_params:
-            del st.query_params[name]
-        return
-    if isinstance(value, list | tuple):
-        st.query_params[name] = [str(v) for v in value]
+        texts = None
+    elif isinstance(value, list | tuple):
+        texts = [str(v) for v in value]
     else:
-        st.query_params[name] = str(value)
+        texts = [str(value)]
+    queued = _queued.get()
+    if queued is None:
+        _write({name: texts})
+    else:
+        queued[name] = texts
+
+
+@contextmanager
+def one_write() -> Iterator[None]:
+    """Within it, the selections published are written to the URL in one message when it
+    ends, and only those that changed. Each write to ``st.query_params`` is a message of its
+    own, which the browser takes as a ``history.pushState`` (a history entry): one per widget
+    on every run made the Prune page's URL load wait on some 25 of them. The app's frame runs
+    each page inside it."""
+    token = _queued.set({})
+    try:
+        yield
+    finally:
+        queued = _queued.get()
+        _queued.reset(token)
+        _write(queued)
+
+
+def _write(selections: dict[str, list[str] | None]) -> None:
+    """The URL with ``selections`` (None: removed), in one message when anything changed."""
+    url = st.query_params
+    changed = {k: v for k, v in selections.items() if v is not None and url.get_all(k) != v}
+    gone = [k for k, v in selections.items() if v is None and k in url]
+    if gone:
+        kept = {k: url.get_all(k) for k in url if k not in gone}
+        url.from_dict({**kept, **changed})
+    elif changed:
+        url.update(changed)
 
 
 def linked(draw: Callable[..., Any], label: str, options: Sequence[Any] | None = None, *,
@@ -95,13 +133,19 @@ def linked(draw: Callable[..., Any], label: str, options: Sequence[Any] | None =
     written back to the URL: pick one (selectbox, radio), several (multiselect), a number or a
     flag (number_input, slider, toggle: ``value``, ``min_value``, ``max_value`` as keywords;
     ``kind`` when ``value`` is None) or a text. ``param``: the URL name when it differs from
-    the key (a key that changes)."""
+    the key (a key that changes). Inside a closed fold (``pages.folds``) nothing is drawn
+    and the widget's held value is returned."""
     many = getattr(draw, "__name__", "") == "multiselect"
     start = kw.get("value")
     if kind is None and isinstance(start, bool | int | float):
         kind = type(start)
     lo, hi = kw.get("min_value"), kw.get("max_value")
     restore(key, options, param=param, many=many, kind=kind, lo=lo, hi=hi)
-    value = draw(label, key=key, **kw) if options is None else draw(label, options, key=key, **kw)
+    if folds.closed():  # not drawn: the value it holds (pages.folds)
+        value = folds.kept(key, folds.start_value(many, options, kw))
+    elif options is None:
+        value = draw(label, key=key, **kw)
+    else:
+        value = draw(label, options, key=key, **kw)
     publish(param or key, value)
     return value

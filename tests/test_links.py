@@ -130,3 +130,45 @@ def test_runs_page_shows_the_linked_runs_and_sensitivity(store, tiny_runs) -> No
     labels = {m.label for m in at.metric}
     assert {"Jaccard of the kept sets", "run's kept weights kept again"} <= labels
     assert at.query_params["runs"] == magnitude
+
+
+def five_linked_numbers() -> None:
+    """An AppTest script: five linked widgets, drawn inside one_write unless told not to."""
+    from contextlib import nullcontext
+
+    import streamlit as st
+
+    from pages.links import linked, one_write
+
+    with one_write() if st.session_state.get("batched", True) else nullcontext():
+        for i in range(5):
+            linked(st.number_input, f"n{i}", key=f"n{i}", value=i)
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_page_run_writes_its_selections_to_the_url_in_one_message(monkeypatch, batched) -> None:
+    """Each write to st.query_params is a message, which the browser takes as a history entry:
+    inside one_write (the frame runs every page in it) a run sends one message at most, and a
+    run that changed no selection sends none; outside it, one per changed selection."""
+    from streamlit.runtime.state.query_params import QueryParams
+
+    sent: list[str] = []
+    send = QueryParams._send_query_param_msg
+
+    def counted(self) -> None:
+        sent.append(str(self))
+        send(self)
+
+    monkeypatch.setattr(QueryParams, "_send_query_param_msg", counted)
+    at = AppTest.from_function(five_linked_numbers)
+    at.session_state["batched"] = batched
+    at.run()
+    assert dict(at.query_params) == {f"n{i}": str(i) for i in range(5)}
+    assert len(sent) == (1 if batched else 5)
+    sent.clear()
+    at.run()
+    assert sent == []  # nothing changed
+    at.number_input(key="n3").set_value(7)
+    at.number_input(key="n4").set_value(8)
+    at.run()
+    assert len(sent) == (1 if batched else 2) and at.query_params["n3"] == "7"
