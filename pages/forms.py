@@ -24,6 +24,7 @@ from core.runs.planned import Plan
 from core.settings.config import ModelSpec
 from core.settings.field import CHOICE, FLAG, FLOAT, INT, MULTI, Field, method_list
 from core.store.run_store import RunStore
+from pages import folds
 from pages.common import device_info
 from pages.links import linked
 
@@ -93,7 +94,7 @@ def widget(f: Field, default: Any, key: str, choices: Iterable[Any] | None = Non
 def draw(fields: Iterable[Field], start: dict[str, Any], key: Callable[[str], str], cols: int = 3):
     """Widgets of ``fields`` in ``cols`` columns; returns their values by field name."""
     fields = list(fields)
-    columns = st.columns(cols) if fields else []
+    columns = folds.columns(cols) if fields else []
     values = {}
     for i, f in enumerate(fields):
         with columns[i % cols]:
@@ -143,11 +144,25 @@ def corpus_name(choice: str, upload, store: RunStore) -> str:
 
 
 def upload_widget(key: str):
+    """The corpus upload. Its file is held in the session: inside a closed fold (``pages.folds``)
+    it is the value, and when the fold opens again, its uploader (drawn empty: a file cannot be
+    written back into one) leaves it in place until a new file replaces it or the user removes
+    it from the uploader while it shows."""
+    held, shown = f"{key}_held", f"{key}_shown"
+    if folds.closed():
+        st.session_state[shown] = False
+        return st.session_state.get(held)
     upload = st.file_uploader(
         "Text corpus (.txt or .jsonl with a 'text' field)", type=["txt", "jsonl"], key=key
     )
+    if upload is not None or st.session_state.get(shown):  # a new file, or one removed
+        st.session_state[held] = upload
+    st.session_state[shown] = True
+    kept = st.session_state.get(held)
+    if kept is not None and upload is None:
+        st.caption(f"Using `{kept.name}`, chosen before this section was folded.")
     st.caption(f"Local data folder: `{default_data_dir() or 'none found (pydoc works offline)'}`")
-    return upload
+    return kept
 
 
 # ---- presets, method options, estimates ---------------------------------------------------------
@@ -172,7 +187,7 @@ def option_values(method: str, key: str) -> dict[str, Any]:
     expert = [f for f in fields if f.group == EXPERT]
     values = draw(common, {f.name: f.default for f in common}, lambda n: f"{key}_{n}")
     if expert:
-        with st.expander(f"Expert options of {method}"):
+        with folds.fold(f"Expert options of {method}", f"fold_{key}_expert"):
             values.update(draw(expert, {f.name: f.default for f in expert}, lambda n: f"{key}_{n}"))
     return values
 

@@ -15,6 +15,7 @@ from core.errors import PruneScopeError
 from core.names import PARAMS_REMOVED, PRUNED_KINDS, SLICE, STRUCTURED, T_STRUCTURE
 from core.requests.commands import command_fields, defaults
 from core.store.run_store import Run
+from pages import folds
 from pages.common import (
     cli_hint,
     current_job,
@@ -58,6 +59,8 @@ FIELDS = {f.name: f for f in command_fields("prune")}
 KEYS = {"max_windows": "windows"}  # widget keys that differ from the field's name
 MAIN = (("model",), ("method", "sparsity", "pattern"), ("targets", "allocation", "device"))
 DATA = ("calib", "nsamples", "calib_seqlen", "eval", "max_windows", "seqlen")
+SAVE = "Save the pruned model (downloadable as a zip)"
+FORCE = "Recompute even if the same run is stored"
 
 
 def key(name: str) -> str:
@@ -71,17 +74,18 @@ def form_values(start: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         with column:
             for name in names:
                 values[name] = field_value(FIELDS[name], start[name], key(name))
-    with st.expander("Calibration and evaluation data"):
+    # folded: drawn only while open, read the same either way (pages.folds)
+    with folds.fold("Calibration and evaluation data", "fold_data"):
         values.update(draw([FIELDS[n] for n in DATA], start, key, cols=2))
         upload = upload_widget("upload")
-        z1, z2 = st.columns([3, 1])
+        z1, z2 = folds.columns([3, 1])
         with z1:
             values["tasks"] = field_value(FIELDS["tasks"], start["tasks"], "tasks")
         with z2:
             values["limit"] = field_value(FIELDS["limit"], start["limit"], "limit")
-    with st.expander(f"Options of {values['method']}"):
+    with folds.fold(f"Options of {values['method']}", "fold_options"):
         values["option"] = typed_method_options(values["method"], f"opt_{values['method']}")
-    with st.expander("Advanced: precision, Hub access, data split, seed, OWL"):
+    with folds.fold("Advanced: precision, Hub access, data split, seed, OWL", "fold_advanced"):
         values.update(draw([f for f in FIELDS.values() if f.advanced], start, key))
     if not values["tasks"]:
         values.pop("limit")
@@ -93,9 +97,9 @@ def prune_form(running: bool) -> tuple[dict[str, Any], bool, bool] | None:
     The estimate, the path caption and the launch take one plan of the values (``form_plan``)."""
     preset = preset_picker("preset", [key(n) for n in PRESET_FIELDS])
     values, upload = form_values(defaults("prune", preset))
-    with st.expander("Output"):
-        save = st.toggle("Save the pruned model (downloadable as a zip)", key="save_model")
-        force = st.checkbox("Recompute even if the same run is stored", key="force")
+    with folds.fold("Output", "fold_output") as shown:
+        save = st.toggle(SAVE, key="save_model") if shown else folds.kept("save_model", False)
+        force = st.checkbox(FORCE, key="force") if shown else folds.kept("force", False)
     show_estimate(lambda: planned_seconds(store, "prune", values))
     show_path(values)
     if not st.button("Run", type="primary", disabled=running):
@@ -235,8 +239,11 @@ def draw_result(run: Run) -> None:
     if "zeroshot" in tables:
         show_accuracy(run)
     if "effdim" in tables:
-        with st.expander("Effective dimension of the residual stream, per layer"):
-            st.plotly_chart(figures.effdim_layers(run.table("effdim")), key="effdim_layers")
+        with folds.fold(
+            "Effective dimension of the residual stream, per layer", "fold_effdim"
+        ) as shown:
+            if shown:  # a chart: drawn only once opened (pages.folds)
+                st.plotly_chart(figures.effdim_layers(run.table("effdim")), key="effdim_layers")
     if run.array_keys("qk"):
         st.page_link(
             "pages/attention.py", label="Look at its attention masks", icon=":material/grid_on:"

@@ -421,13 +421,34 @@ TINY_FORM = {
 }
 
 
-def fill_prune_form(at: AppTest, **values) -> None:
+def open_folds(at: AppTest) -> None:
+    """Open every folded section of the page (pages.folds), nested ones too, so that all of
+    its widgets are drawn."""
+    while closed := [e.key for e in at.expander if e.key and e.key.startswith("fold_")
+                     and not at.session_state[e.key]]:  # fmt: skip
+        for key in closed:
+            at.session_state[key] = True
+        at.run()
+
+
+def fill_prune_form(at: AppTest, fold: bool = False, **values) -> None:
+    """Set the form's widgets (TINY_FORM, then ``values``) and press Run; ``fold``: with every
+    section folded again first."""
+    open_folds(at)
     settings = {**TINY_FORM, **values}
     if "method" in settings:  # the method's own option widgets follow it
         at.selectbox(key="method").set_value(settings.pop("method"))
         at.run()
+        open_folds(at)  # the new method's expert fold
     for key, value in settings.items():
         widget_of(at, key).set_value(value)
+    if fold:
+        at.run()
+        for e in at.expander:
+            if e.key and e.key.startswith("fold_"):
+                at.session_state[e.key] = False
+        at.run()
+        assert "nsamples" not in [w.key for w in at.number_input]  # folded: not drawn
     button(at, "Run").click()
     at.run()
 
@@ -487,7 +508,9 @@ def test_prune_job_runs_live_and_shows_results(ui_jobs) -> None:
     assert store.get(job_id).status == "done"
     metrics = {m.label: m.value for m in at.metric}
     assert float(metrics["pruned perplexity"]) > 0 and metrics["achieved sparsity"] == "50.0%"
-    assert len(at.get("plotly_chart")) == 3  # sparsity, error, effective dimension per layer
+    assert len(at.get("plotly_chart")) == 2  # sparsity, error
+    open_folds(at)
+    assert len(at.get("plotly_chart")) == 3  # and the effective dimension per layer, once opened
 
 
 def test_failed_job_shows_one_error(ui_jobs) -> None:
@@ -525,8 +548,10 @@ def test_uploaded_corpus_is_kept_and_the_size_limit_enforced(store) -> None:
     from streamlit import config
 
     at = open_page("prune")
+    open_folds(at)
     at.file_uploader(key="upload").set_value(("notes.txt", b"hello world\n\n" * 100, "text/plain"))
-    fill_prune_form(at, calib="upload a text file", method="attention-gd", pattern="2:4")
+    # every section folded before Run: the file and the values set are still the form's
+    fill_prune_form(at, calib="upload a text file", method="attention-gd", pattern="2:4", fold=True)
     assert "N:M" in texts(at.error)  # the corpus was accepted; the pattern was not
     assert [p.suffix for p in (store.root / "uploads").iterdir()] == [".txt"]
 
@@ -534,6 +559,7 @@ def test_uploaded_corpus_is_kept_and_the_size_limit_enforced(store) -> None:
     config.set_option("server.maxUploadSize", 1)
     try:
         at = open_page("prune")
+        open_folds(at)
         at.file_uploader(key="upload").set_value(("big.txt", b"x" * (2 * 2**20), "text/plain"))
         fill_prune_form(at, calib="upload a text file")
         assert "upload limit is 1 MB" in texts(at.error)
@@ -566,6 +592,7 @@ def test_sweep_form_uses_the_prune_pages_widgets_and_defaults(store) -> None:
     defaults for the shared fields, an estimate, and one clear error for a bad choice."""
     at = open_page("repdim")
     prune = open_page("prune")
+    open_folds(prune)
     assert at.selectbox(key="sweep_preset").value == prune.selectbox(key="preset").value
     # (the calibration corpus follows each method's reference: WikiText-2 for SliceGPT, C4
     # for the Prune page's Wanda; core.requests.commands.sweep_reference)

@@ -11,7 +11,7 @@ import time
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
-from test_app import open_page, texts
+from test_app import open_folds, open_page, texts
 from test_app import widget_of as widget
 
 from core.cli.main import build_parser, field_values
@@ -130,6 +130,7 @@ def test_every_method_option_has_words_a_range_and_its_default() -> None:
 
 def test_forms_show_the_same_widgets_and_no_raw_flag_names(store_root) -> None:
     prune, sweep = open_page("prune"), open_page("sweeps")
+    open_folds(prune)
     for name in (*SHARED, "max_windows"):
         p, s = widget(prune, PRUNE_KEY.get(name, name)), widget(sweep, f"sw_{name}")
         assert (p.label, p.value) == (s.label, s.value), name

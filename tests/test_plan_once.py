@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
-from test_app import TINY_FORM, widget_of  # the same form values and widget lookup
+from test_app import TINY_FORM, open_folds, widget_of  # the same form and lookups
 
 from core import jobs
 from core.requests import request as requests
@@ -69,6 +69,7 @@ def prune_page(**values) -> AppTest:
     at.switch_page("pages/prune.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
+    open_folds(at)
     set_values(at, **{**TINY_FORM, **values})
     return at
 
@@ -85,6 +86,13 @@ def test_a_rerun_with_unchanged_values_plans_nothing(store, plans, monkeypatch) 
     assert "Estimated duration" in captions(at) and "Runs **in memory**" in captions(at)
     for _ in range(2):  # widget-free reruns (a fragment, a refresh): the same form state
         at.run()
+    assert len(plans) == 1
+    for shown in (False, True):  # folded and opened again (pages.folds): the same values
+        for e in at.expander:
+            if e.key and e.key.startswith("fold_"):
+                at.session_state[e.key] = shown
+        at.run()
+        assert ("nsamples" in [w.key for w in at.number_input]) is shown
     assert len(plans) == 1
     set_values(at, sparsity=0.3)  # a changed value: planned once more, and only once
     at.run()
