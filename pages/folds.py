@@ -1,12 +1,11 @@
 """Folded form sections: an expander whose widgets are drawn only while it is open. Not a page.
 
-A collapsed expander's widgets still cost a page load their layout (the Prune form keeps some
-25 of its 40 widgets folded; drawing them only when opened took its URL load from 1.05 s to
-0.85 s). Inside a closed fold, widgets drawn through ``pages.links.linked`` are not drawn:
-each gives the value it holds, or the one it would start at, so a form reads the same
-values open or closed. Streamlit forgets an undrawn widget's value when the run ends, so a
-closed fold writes each held value back (``kept``). The fold's own state lives under its key
-(``st.session_state[key]``: True when open), which is also how tests open it.
+A collapsed expander's widgets still cost every page load their layout (docs/benchmarks.md,
+"Speed of the app"). Inside a closed fold, widgets drawn through ``pages.links.linked`` are
+not drawn: each gives the value it holds, or the one it would start at, so a form reads the
+same values open or closed. Streamlit forgets an undrawn widget's value when the run ends, so
+a closed fold writes each held value back (``kept``). The fold's own state lives under its
+key (``st.session_state[key]``: True when open), which is also how tests open it.
 """
 
 from __future__ import annotations

@@ -103,8 +103,8 @@ def one_write() -> Iterator[None]:
     """Within it, the selections published are written to the URL in one message when it
     ends, and only those that changed. Each write to ``st.query_params`` is a message of its
     own, which the browser takes as a ``history.pushState`` (a history entry): one per widget
-    on every run made the Prune page's URL load wait on some 25 of them. The app's frame runs
-    each page inside it."""
+    on every run made each page load wait on one per widget (docs/benchmarks.md, "Speed of
+    the app"). The app's frame runs each page inside it."""
     token = _queued.set({})
     try:
         yield
