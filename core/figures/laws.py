@@ -101,7 +101,8 @@ def laws_chart(laws: pd.DataFrame, points: pd.DataFrame, ppl0: float) -> go.Figu
             marker=dict(size=10, color=color_of("slicegpt")),
         )
     )
-    fig.update_yaxes(**LOG_AXIS, title="perplexity (log)")
+    # 1, 2 and 5 of each decade labelled: left to itself, Plotly labels every digit here
+    fig.update_yaxes(**LOG_AXIS, dtick="D2", title="perplexity (log)")
     fig.update_xaxes(title="slicing fraction s")
     return layout(fig, "Candidate laws fitted on every point")
 
