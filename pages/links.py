@@ -4,8 +4,8 @@ on them, so a copied link opens the same view. Not a page itself.
 A page draws a selection through ``linked`` (or ``restore`` before the widget and ``publish``
 after it): the link's value seeds the widget, once, when it names one of the widget's options
 (or a number in its range); every run then writes the widget's value back to the URL, all of
-them at once when the page's run ends (``one_write``). Values are written by what they are, never by
-their label: a run by its id, a number as a number.
+them at once when the page's run ends (``one_write``). Values are written by what they are,
+never by their label: a run by its id, a number as a number.
 Streamlit's own ``bind="query-params"`` writes a picker's label (a run's label holds its
 perplexity) and drops values equal to the default (a default that is the newest run moves),
 so the pages use this instead. The link is read as the session first saw it (``opened``):
@@ -102,9 +102,9 @@ def publish(name: str, value: Any) -> None:
 def one_write() -> Iterator[None]:
     """Within it, the selections published are written to the URL in one message when it
     ends, and only those that changed. Each write to ``st.query_params`` is a message of its
-    own, which the browser takes as a ``history.pushState`` (a history entry): one per widget
-    on every run made each page load wait on one per widget (docs/benchmarks.md, "Speed of
-    the app"). The app's frame runs each page inside it."""
+    own, which the browser takes as a ``history.pushState`` (a history entry); written one by
+    one, every run made a page load wait on one per widget (docs/benchmarks.md, "Speed of the
+    app"). The app's frame runs each page inside it."""
     token = _queued.set({})
     try:
         yield
